@@ -1,0 +1,775 @@
+"""Builds the CIFAR-10 network and holds what the trainers and evaluator share.
+
+Summary of available functions:
+
+ # Compute input images and labels for training. If you would like to run
+ # evaluations, use inputs() instead.
+ inputs, labels = distorted_inputs()
+
+ # Compute inference on the model inputs to make a prediction.
+ predictions = inference(inputs)
+
+ # Compute the total loss of the prediction with respect to the labels.
+ loss = loss(predictions, labels)
+
+ # Create a graph to run one step of training with respect to the loss.
+ train_op = train(loss, global_step)
+
+ # Run the training loop with checkpoints, summaries and step logs.
+ run_training(train_op, loss, examples_per_step, num_towers)
+
+Importing this module parses no command line: until a script parses its
+flags, every flag reads as its default.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import datetime
+import hashlib
+import math
+import os
+import re
+import shutil
+import signal
+import sys
+import tarfile
+import tempfile
+import time
+
+# Keep TensorFlow's C++ start-up chatter off the console; errors still show.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from six.moves import urllib
+import tensorflow as tf
+
+import cifar10_input
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+# Basic model parameters.
+flags.DEFINE_integer('batch_size', 128,
+                     'Number of images to process in a batch.', lower_bound=1)
+flags.DEFINE_string('data_dir', '/tmp/cifar10_data',
+                    'Path to the CIFAR-10 data directory.')
+flags.DEFINE_boolean('use_fp16', False,
+                     'Train the model using fp16.')
+flags.DEFINE_float('initial_learning_rate', 0.1,
+                   'Initial learning rate of the decay schedule.')
+flags.DEFINE_string('data_url',
+                    'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz',
+                    'Where to get the CIFAR-10 binary archive when data_dir '
+                    'lacks it: an http(s):// or file:// URL.')
+flags.DEFINE_string('data_md5', '',
+                    'md5 the archive must have; empty: the official md5 for '
+                    'the official URL, no check for other URLs.')
+
+# Global constants describing the CIFAR-10 data set.
+IMAGE_SIZE = cifar10_input.IMAGE_SIZE
+NUM_CLASSES = cifar10_input.NUM_CLASSES
+NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
+NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
+
+# Constants describing the training process.
+MOVING_AVERAGE_DECAY = 0.9999     # The decay to use for the moving average.
+NUM_EPOCHS_PER_DECAY = 350.0      # Epochs after which learning rate decays.
+LEARNING_RATE_DECAY_FACTOR = 0.1  # Learning rate decay factor.
+INITIAL_LEARNING_RATE = 0.1       # Initial learning rate.
+
+# If a model is trained with multiple GPUs, prefix all Op names with tower_name
+# to differentiate the operations. Note that this prefix is removed from the
+# names of the summaries when visualizing a model.
+TOWER_NAME = 'tower'
+
+DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
+DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
+
+
+class UsageError(Exception):
+  """A mistake of the user's, reported as one line without a traceback."""
+
+
+def flag(name):
+  """Returns a flag's value: its default until the command line is parsed.
+
+  Args:
+    name: the flag's name.
+
+  Returns:
+    The value.
+  """
+  return FLAGS[name].value
+
+
+def define_trainer_flags(max_steps):
+  """Defines the flags both trainers take.
+
+  Args:
+    max_steps: the default of --max_steps.
+  """
+  if 'train_dir' in FLAGS:
+    return  # Both trainers imported into one process (tests).
+  flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
+                      'Directory where to write event logs and checkpoints. '
+                      'It is never deleted: a rerun resumes from it.')
+  flags.DEFINE_integer('max_steps', max_steps,
+                       'Number of batches to run (the global step to stop at).',
+                       lower_bound=1)
+  flags.DEFINE_boolean('log_device_placement', False,
+                       'Whether to log device placement.')
+  flags.DEFINE_integer('log_frequency', 10,
+                       'How often to log results to the console.',
+                       lower_bound=1)
+  flags.DEFINE_integer('save_checkpoint_steps', 1000,
+                       'Save a checkpoint every this many steps (and at the '
+                       'end, and on Ctrl-C or SIGTERM).', lower_bound=1)
+  flags.DEFINE_integer('save_summaries_steps', 100,
+                       'Write TensorBoard summaries every this many steps.',
+                       lower_bound=1)
+
+
+def add_summary(summary):
+  """Adds a summary op to the collection that tf.summary.merge_all reads.
+
+  Args:
+    summary: a string tensor from a summary op.
+  """
+  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES, summary)
+
+
+def _activation_summary(x):
+  """Helper to create summaries for activations.
+
+  Creates a summary that provides a histogram of activations.
+  Creates a summary that measures the sparsity of activations.
+
+  Args:
+    x: Tensor
+  """
+  # Remove 'tower_[0-9]/' from the name in case this is a multi-GPU training
+  # session. This helps the clarity of presentation on tensorboard. The raw
+  # summary ops keep the tag as given; tf.summary.* would prefix the tower's
+  # name scope again.
+  tensor_name = re.sub('%s_[0-9]*/' % TOWER_NAME, '', x.op.name)
+  add_summary(tf.raw_ops.HistogramSummary(tag=tensor_name + '/activations',
+                                          values=x))
+  add_summary(tf.raw_ops.ScalarSummary(tags=tensor_name + '/sparsity',
+                                       values=tf.nn.zero_fraction(x)))
+
+
+def _dtype():
+  """Returns the dtype of the model's variables and activations."""
+  return tf.float16 if flag('use_fp16') else tf.float32
+
+
+def _variable_on_cpu(name, shape, initializer):
+  """Helper to create a Variable stored on CPU memory.
+
+  Args:
+    name: name of the variable
+    shape: list of ints
+    initializer: initializer for Variable
+
+  Returns:
+    Variable Tensor
+  """
+  with tf.device('/cpu:0'):
+    var = tf1.get_variable(name, shape, initializer=initializer,
+                           dtype=_dtype())
+  return var
+
+
+def _variable_with_weight_decay(name, shape, stddev, wd):
+  """Helper to create an initialized Variable with weight decay.
+
+  Note that the Variable is initialized with a truncated normal distribution.
+  A weight decay is added only if one is specified.
+
+  Args:
+    name: name of the variable
+    shape: list of ints
+    stddev: standard deviation of a truncated Gaussian
+    wd: add L2Loss weight decay multiplied by this float. If None, weight
+        decay is not added for this Variable.
+
+  Returns:
+    Variable Tensor
+  """
+  var = _variable_on_cpu(
+      name, shape,
+      tf1.truncated_normal_initializer(stddev=stddev))
+  if wd is not None:
+    weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name='weight_loss')
+    tf1.add_to_collection('losses', tf.cast(weight_decay, tf.float32))
+  return var
+
+
+def distorted_batches(num_batches):
+  """Distorted training batches, distinct ones, from one input pipeline.
+
+  Args:
+    num_batches: how many batches each step takes (one per tower).
+
+  Returns:
+    A list of num_batches (images, labels) pairs: images
+    [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], labels [batch_size].
+  """
+  batches = cifar10_input.distorted_batches(
+      data_dir=flag('data_dir'), batch_size=flag('batch_size'),
+      num_batches=num_batches)
+  return [(tf.cast(images, _dtype()), labels) for images, labels in batches]
+
+
+def distorted_inputs():
+  """Constructs distorted input for CIFAR training using the Reader ops.
+
+  Returns:
+    images: Images. 4D tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3] size.
+    labels: Labels. 1D tensor of [batch_size] size.
+  """
+  return distorted_batches(1)[0]
+
+
+def inputs(eval_data):
+  """Constructs input for CIFAR evaluation using the Reader ops.
+
+  Args:
+    eval_data: bool, indicating if one should use the train or eval data set.
+
+  Returns:
+    images: Images. 4D tensor of [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3] size.
+    labels: Labels. 1D tensor of [batch_size] size.
+  """
+  images, labels = cifar10_input.inputs(
+      eval_data=eval_data, data_dir=flag('data_dir'),
+      batch_size=flag('batch_size'))
+  return tf.cast(images, _dtype()), labels
+
+
+def _lrn(x, name):
+  """The tutorial's local response normalization, computed in float32."""
+  y = tf.nn.lrn(tf.cast(x, tf.float32), 4, bias=1.0, alpha=0.001 / 9.0,
+                beta=0.75, name=name)
+  return tf.cast(y, x.dtype)
+
+
+def inference(images):
+  """Build the CIFAR-10 model.
+
+  Args:
+    images: Images returned from distorted_inputs() or inputs().
+
+  Returns:
+    Logits, [batch_size, NUM_CLASSES].
+  """
+  # conv1
+  with tf1.variable_scope('conv1') as scope:
+    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
+                                         stddev=5e-2, wd=None)
+    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME')
+    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0))
+    pre_activation = tf.nn.bias_add(conv, biases)
+    conv1 = tf.nn.relu(pre_activation, name=scope.name)
+    _activation_summary(conv1)
+
+  # pool1
+  pool1 = tf.nn.max_pool2d(conv1, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
+                           padding='SAME', name='pool1')
+  # norm1
+  norm1 = _lrn(pool1, name='norm1')
+
+  # conv2
+  with tf1.variable_scope('conv2') as scope:
+    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
+                                         stddev=5e-2, wd=None)
+    conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME')
+    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1))
+    pre_activation = tf.nn.bias_add(conv, biases)
+    conv2 = tf.nn.relu(pre_activation, name=scope.name)
+    _activation_summary(conv2)
+
+  # norm2
+  norm2 = _lrn(conv2, name='norm2')
+  # pool2
+  pool2 = tf.nn.max_pool2d(norm2, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
+                           padding='SAME', name='pool2')
+
+  # local3
+  with tf1.variable_scope('local3') as scope:
+    # Move everything into depth so we can perform a single matrix multiply.
+    batch_size = images.get_shape()[0]
+    reshape = tf.reshape(pool2, [batch_size, -1])
+    dim = reshape.get_shape()[1]
+    weights = _variable_with_weight_decay('weights', shape=[dim, 384],
+                                          stddev=0.04, wd=0.004)
+    biases = _variable_on_cpu('biases', [384], tf1.constant_initializer(0.1))
+    local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases, name=scope.name)
+    _activation_summary(local3)
+
+  # local4
+  with tf1.variable_scope('local4') as scope:
+    weights = _variable_with_weight_decay('weights', shape=[384, 192],
+                                          stddev=0.04, wd=0.004)
+    biases = _variable_on_cpu('biases', [192], tf1.constant_initializer(0.1))
+    local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
+    _activation_summary(local4)
+
+  # linear layer(WX + b),
+  # We don't apply softmax here because
+  # tf.nn.sparse_softmax_cross_entropy_with_logits accepts the unscaled logits
+  # and performs the softmax internally for efficiency.
+  with tf1.variable_scope('softmax_linear') as scope:
+    weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
+                                          stddev=1 / 192.0, wd=None)
+    biases = _variable_on_cpu('biases', [NUM_CLASSES],
+                              tf1.constant_initializer(0.0))
+    softmax_linear = tf.add(tf.matmul(local4, weights), biases,
+                            name=scope.name)
+    _activation_summary(softmax_linear)
+
+  return softmax_linear
+
+
+def loss(logits, labels):
+  """Add L2Loss to all the trainable variables.
+
+  Add summary for "Loss" and "Loss/avg".
+  Args:
+    logits: Logits from inference().
+    labels: Labels from distorted_inputs or inputs(). 1-D tensor
+            of shape [batch_size]
+
+  Returns:
+    Loss tensor of type float.
+  """
+  # Calculate the average cross entropy loss across the batch.
+  labels = tf.cast(labels, tf.int64)
+  cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=labels, logits=tf.cast(logits, tf.float32),
+      name='cross_entropy_per_example')
+  cross_entropy_mean = tf.reduce_mean(cross_entropy, name='cross_entropy')
+  tf1.add_to_collection('losses', cross_entropy_mean)
+
+  # The total loss is defined as the cross entropy loss plus all of the weight
+  # decay terms (L2 loss).
+  return tf.add_n(tf1.get_collection('losses'), name='total_loss')
+
+
+def _add_loss_summaries(total_loss):
+  """Add summaries for losses in CIFAR-10 model.
+
+  Generates moving average for all losses and associated summaries for
+  visualizing the performance of the network.
+
+  Args:
+    total_loss: Total loss from loss().
+  Returns:
+    loss_averages_op: op for generating moving averages of losses.
+  """
+  # Compute the moving average of all individual losses and the total loss.
+  loss_averages = tf1.train.ExponentialMovingAverage(0.9, name='avg')
+  losses = tf1.get_collection('losses')
+  loss_averages_op = loss_averages.apply(losses + [total_loss])
+
+  # Attach a scalar summary to all individual losses and the total loss; do the
+  # same for the averaged version of the losses.
+  for l in losses + [total_loss]:
+    # Name each loss as '(raw)' and name the moving average version of the loss
+    # as the original loss name.
+    add_summary(tf.raw_ops.ScalarSummary(tags=l.op.name + ' (raw)', values=l))
+    add_summary(tf.raw_ops.ScalarSummary(tags=l.op.name,
+                                         values=loss_averages.average(l)))
+
+  return loss_averages_op
+
+
+def learning_rate(global_step, examples_per_step):
+  """The tutorial's staircase decay, counting epochs in examples.
+
+  Args:
+    global_step: the global step tensor.
+    examples_per_step: examples one step consumes (over all towers).
+
+  Returns:
+    The learning rate tensor, with a 'learning_rate' summary.
+  """
+  num_batches_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
+  decay_steps = int(num_batches_per_epoch * NUM_EPOCHS_PER_DECAY)
+  lr = tf1.train.exponential_decay(flag('initial_learning_rate'),
+                                   global_step,
+                                   decay_steps,
+                                   LEARNING_RATE_DECAY_FACTOR,
+                                   staircase=True)
+  tf1.summary.scalar('learning_rate', lr)
+  return lr
+
+
+def apply_gradients(opt, grads, global_step):
+  """Applies gradients, then updates the variables' moving averages.
+
+  Args:
+    opt: the optimizer.
+    grads: list of (gradient, variable) pairs.
+    global_step: the global step, incremented by the update.
+
+  Returns:
+    train_op: op for one training step.
+  """
+  apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
+
+  # Add histograms for trainable variables and their gradients.
+  for var in tf1.trainable_variables():
+    tf1.summary.histogram(var.op.name, var)
+  for grad, var in grads:
+    if grad is not None:
+      tf1.summary.histogram(var.op.name + '/gradients', grad)
+
+  # Track the moving averages of all trainable variables, from the values
+  # the gradient step has just written.
+  variable_averages = tf1.train.ExponentialMovingAverage(
+      MOVING_AVERAGE_DECAY, global_step)
+  with tf.control_dependencies([apply_gradient_op]):
+    variables_averages_op = variable_averages.apply(tf1.trainable_variables())
+  return variables_averages_op
+
+
+def train(total_loss, global_step):
+  """Train CIFAR-10 model.
+
+  Create an optimizer and apply to all trainable variables. Add moving
+  average for all trainable variables.
+
+  Args:
+    total_loss: Total loss from loss().
+    global_step: Integer Variable counting the number of training steps
+      processed.
+  Returns:
+    train_op: op for training.
+  """
+  lr = learning_rate(global_step, flag('batch_size'))
+
+  # Generate moving averages of all losses and associated summaries.
+  loss_averages_op = _add_loss_summaries(total_loss)
+
+  # Compute gradients.
+  with tf.control_dependencies([loss_averages_op]):
+    opt = tf1.train.GradientDescentOptimizer(lr)
+    grads = opt.compute_gradients(total_loss)
+
+  return apply_gradients(opt, grads, global_step)
+
+
+class NanLossError(Exception):
+  """The loss became NaN or infinite."""
+
+  def __init__(self, step, value):
+    super(NanLossError, self).__init__('step %d, loss = %s' % (step, value))
+    self.step = step
+    self.value = value
+
+
+class _StepCounter(tf1.train.SessionRunHook):
+  """Base hook that knows the global step of the run in progress."""
+
+  def __init__(self):
+    self.step = 0
+
+  def after_create_session(self, session, coord):
+    self.step = session.run(tf1.train.get_global_step())
+
+  def after_run(self, run_context, run_values):
+    self.step += 1
+
+
+class NanLossHook(_StepCounter):
+  """Stops training with NanLossError when the loss is not finite."""
+
+  def __init__(self, loss):
+    super(NanLossHook, self).__init__()
+    self._loss = loss
+
+  def before_run(self, run_context):
+    return tf1.train.SessionRunArgs(self._loss)
+
+  def after_run(self, run_context, run_values):
+    if not math.isfinite(run_values.results):
+      raise NanLossError(self.step, run_values.results)
+    super(NanLossHook, self).after_run(run_context, run_values)
+
+
+class LoggerHook(_StepCounter):
+  """Prints the step, loss and speed every log_frequency steps."""
+
+  def __init__(self, loss, log_frequency, examples_per_step, num_towers=1):
+    super(LoggerHook, self).__init__()
+    self._loss = loss
+    self._log_frequency = log_frequency
+    self._examples_per_step = examples_per_step
+    self._num_towers = num_towers
+    self._start_time = None
+    self._start_step = 0
+
+  def after_create_session(self, session, coord):
+    super(LoggerHook, self).after_create_session(session, coord)
+    self._start_time = time.time()
+    self._start_step = self.step
+
+  def before_run(self, run_context):
+    if self.step % self._log_frequency == 0:
+      return tf1.train.SessionRunArgs(self._loss)
+    return None
+
+  def after_run(self, run_context, run_values):
+    if self.step % self._log_frequency == 0:
+      current_time = time.time()
+      duration = ((current_time - self._start_time) /
+                  (self.step + 1 - self._start_step))
+      self._start_time = current_time
+      self._start_step = self.step + 1
+      examples_per_sec = self._examples_per_step / duration
+      sec_per_batch = duration / self._num_towers
+      format_str = ('%s: step %d, loss = %.2f (%.1f examples/sec; %.3f '
+                    'sec/batch)')
+      print(format_str % (datetime.datetime.now(), self.step,
+                          run_values.results, examples_per_sec,
+                          sec_per_batch))
+      sys.stdout.flush()
+    super(LoggerHook, self).after_run(run_context, run_values)
+
+
+class StopOnSignalHook(tf1.train.SessionRunHook):
+  """Turns SIGINT and SIGTERM into a clean stop after the current step.
+
+  The session then ends normally, so the checkpoint saver writes a
+  checkpoint at the step reached. A second signal interrupts at once.
+  """
+
+  SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+  def __init__(self):
+    self.received = None
+    self._previous = {}
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.received is not None:
+      raise KeyboardInterrupt
+    self.received = signum
+
+  def begin(self):
+    for signum in self.SIGNALS:
+      self._previous[signum] = signal.signal(signum, self._handle)
+
+  def after_run(self, run_context, run_values):
+    if self.received is not None:
+      run_context.request_stop()
+
+  def end(self, session):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+
+
+def run_training(train_op, loss, examples_per_step, num_towers=1,
+                 config=None, scaffold=None):
+  """Runs train_op in a MonitoredTrainingSession over --train_dir.
+
+  Resumes from the latest checkpoint there, stops at --max_steps, logs
+  every --log_frequency steps, writes summaries and checkpoints, and on
+  SIGINT/SIGTERM saves a checkpoint and stops.
+
+  Args:
+    train_op: the op for one step.
+    loss: the loss tensor to log and check for NaN.
+    examples_per_step: examples one step consumes over all towers.
+    num_towers: towers per step, for the sec/batch figure.
+    config: a tf.compat.v1.ConfigProto, or None.
+    scaffold: a tf.compat.v1.train.Scaffold (for a summary op other than
+      all summaries), or None.
+
+  Raises:
+    UsageError: the loss became NaN.
+  """
+  train_dir = FLAGS.train_dir
+  latest = tf1.train.latest_checkpoint(train_dir)
+  if latest:
+    print('Resuming from %s.' % latest)
+  signal_hook = StopOnSignalHook()
+  hooks = [
+      NanLossHook(loss),
+      tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
+      signal_hook,
+      LoggerHook(loss, FLAGS.log_frequency, examples_per_step, num_towers),
+      # After the NaN check, so a diverged step is never saved.
+      tf1.train.CheckpointSaverHook(
+          train_dir, save_steps=FLAGS.save_checkpoint_steps,
+          scaffold=scaffold),
+  ]
+  try:
+    with tf1.train.MonitoredTrainingSession(
+        checkpoint_dir=train_dir,
+        scaffold=scaffold,
+        hooks=hooks,
+        save_checkpoint_secs=None,
+        save_checkpoint_steps=None,
+        save_summaries_steps=FLAGS.save_summaries_steps,
+        config=config) as mon_sess:
+      while not mon_sess.should_stop():
+        mon_sess.run(train_op)
+  except NanLossError as e:
+    raise UsageError(
+        'Model diverged with loss = %s at step %d. The last good checkpoint, '
+        '%s, is kept. Lower --initial_learning_rate (now %g) and run again '
+        'to resume from it.' % (e.value, e.step,
+                                tf1.train.latest_checkpoint(train_dir),
+                                FLAGS.initial_learning_rate))
+  if signal_hook.received is not None:
+    print('Stopped by signal %d; checkpoint saved in %s.'
+          % (signal_hook.received, tf1.train.latest_checkpoint(train_dir)))
+
+
+def session_config():
+  """Returns the session config of the trainers.
+
+  Returns:
+    A tf.compat.v1.ConfigProto with soft placement and, if asked for,
+    device placement logging.
+  """
+  return tf1.ConfigProto(allow_soft_placement=True,
+                         log_device_placement=FLAGS.log_device_placement)
+
+
+def _download(url, filepath):
+  """Downloads url to filepath, via a temporary file, with a progress line.
+
+  Args:
+    url: http(s):// or file:// URL.
+    filepath: where the file ends up.
+
+  Raises:
+    UsageError: the download failed or was cut short.
+  """
+  filename = os.path.basename(filepath)
+  partial = filepath + '.part'
+  try:
+    with urllib.request.urlopen(url, timeout=60) as response, \
+        open(partial, 'wb') as out:
+      total = int(response.headers.get('Content-Length') or 0)
+      received = 0
+      while True:
+        chunk = response.read(1 << 20)
+        if not chunk:
+          break
+        out.write(chunk)
+        received += len(chunk)
+        if total:
+          sys.stdout.write('\r>> Downloading %s %.1f%%' %
+                           (filename, 100.0 * received / total))
+        else:
+          sys.stdout.write('\r>> Downloading %s %.1f MB' %
+                           (filename, received / 1e6))
+        sys.stdout.flush()
+    print()
+    if total and received != total:
+      raise IOError('got %d of %d bytes' % (received, total))
+  except (IOError, OSError, ValueError) as e:
+    if os.path.exists(partial):
+      os.remove(partial)
+    raise UsageError(
+        'Failed to download %s: %s. Check --data_url (a file:// URL works for '
+        'a local copy of cifar-10-binary.tar.gz) or extract the archive into '
+        '--data_dir.' % (url, getattr(e, 'reason', e)))
+  os.rename(partial, filepath)
+  print('Successfully downloaded', filename, os.path.getsize(filepath),
+        'bytes.')
+
+
+def _md5(filepath):
+  """Returns the hex md5 of a file."""
+  digest = hashlib.md5()
+  with open(filepath, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def maybe_download_and_extract():
+  """Download and extract the tarball from Alex's website.
+
+  Does nothing when <data_dir>/cifar-10-batches-bin exists. Otherwise gets
+  the archive from --data_url (unless it already lies in data_dir),
+  checks its md5, extracts it into a temporary directory and renames that
+  into place, so that no reader ever sees a half-extracted directory.
+
+  Raises:
+    UsageError: the download failed, or the archive is corrupt or not
+      CIFAR-10.
+  """
+  dest_directory = flag('data_dir')
+  extracted_dir_path = os.path.join(dest_directory, cifar10_input.BATCHES_DIR)
+  if os.path.isdir(extracted_dir_path):
+    return
+  os.makedirs(dest_directory, exist_ok=True)
+  url = flag('data_url')
+  filename = url.split('/')[-1] or 'cifar-10-binary.tar.gz'
+  filepath = os.path.join(dest_directory, filename)
+  if not os.path.exists(filepath):
+    _download(url, filepath)
+  expected_md5 = flag('data_md5') or (DATA_MD5 if url == DATA_URL else None)
+  if expected_md5 and _md5(filepath) != expected_md5:
+    raise UsageError(
+        'Archive %s has md5 %s, not %s: it is corrupt or not the CIFAR-10 '
+        'binary archive. Delete it and run again, or pass the right '
+        '--data_md5.' % (filepath, _md5(filepath), expected_md5))
+  staging = tempfile.mkdtemp(prefix='.extracting-', dir=dest_directory)
+  try:
+    with tarfile.open(filepath, 'r:gz') as tar:
+      tar.extractall(staging, filter='data')
+    extracted = os.path.join(staging, cifar10_input.BATCHES_DIR)
+    if not os.path.isdir(extracted):
+      raise UsageError('Archive %s holds no %s directory: it is not the '
+                       'CIFAR-10 binary archive.'
+                       % (filepath, cifar10_input.BATCHES_DIR))
+    try:
+      os.rename(extracted, extracted_dir_path)
+    except OSError:
+      if not os.path.isdir(extracted_dir_path):  # Not a concurrent extractor.
+        raise
+  except (tarfile.TarError, EOFError, OSError) as e:
+    raise UsageError('Failed to extract %s: %s. Delete it and run again.'
+                     % (filepath, e))
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _parse_flags(argv):
+  """Parses the command line; a bad flag is one line and exit code 2."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write('Error: %s. See --help.\n' % e)
+    sys.exit(2)
+
+
+def run_main(main):
+  """Parses flags and runs main(argv); user errors print one line, exit 1.
+
+  Args:
+    main: the script's main function, taking argv.
+  """
+  def checked_main(argv):
+    if len(argv) > 1:
+      raise UsageError('Unexpected arguments %s. See --help.'
+                       % ' '.join(argv[1:]))
+    if not FLAGS['verbosity'].present:
+      # Step lines, not TensorFlow's INFO log, unless -v/--verbosity says so.
+      tf1.logging.set_verbosity(tf1.logging.WARN)
+    return main(argv)
+  try:
+    app.run(checked_main, flags_parser=_parse_flags)
+  except (UsageError, cifar10_input.DataError) as e:
+    sys.stderr.write('Error: %s\n' % e)
+    sys.exit(1)

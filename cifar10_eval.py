@@ -1,0 +1,153 @@
+"""Evaluation for CIFAR-10: precision @ 1 of the moving-average weights.
+
+Reads the latest checkpoint of --checkpoint_dir, restores the moving
+averages of the trained variables into the model, counts correct top-1
+predictions over exactly --num_examples images of --eval_data, prints
+the precision and writes it as 'Precision @ 1' to --eval_dir.
+
+Usage:
+Please see the tutorial and website for how to download the CIFAR-10
+data set, compile the program and train the model.
+
+  python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train --run_once
+
+Without --run_once it evaluates each new checkpoint, checking every
+--eval_interval_secs seconds, until stopped with Ctrl-C.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import datetime
+import math
+import time
+
+import cifar10  # First: it quiets TensorFlow's start-up logging.
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
+                    'Directory where to write event logs.')
+flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval'],
+                  'Either test or train_eval.')
+flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
+                    'Directory where to read model checkpoints.')
+flags.DEFINE_integer('eval_interval_secs', 60 * 5,
+                     'How often to run the eval.', lower_bound=1)
+flags.DEFINE_integer('num_examples', 10000,
+                     'Number of examples to run.', lower_bound=1)
+flags.DEFINE_boolean('run_once', False,
+                     'Whether to run eval only once.')
+flags.adopt_module_key_flags(cifar10)
+
+
+def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path):
+  """Run Eval once.
+
+  Args:
+    saver: Saver.
+    summary_writer: Summary writer.
+    top_k_op: Top K op.
+    summary_op: Summary op.
+    checkpoint_path: the checkpoint to evaluate.
+
+  Returns:
+    The precision @ 1.
+  """
+  with tf1.Session() as sess:
+    # Restores from checkpoint
+    saver.restore(sess, checkpoint_path)
+    global_step = int(tf.train.load_checkpoint(checkpoint_path).get_tensor(
+        tf1.GraphKeys.GLOBAL_STEP))
+
+    # Count exactly num_examples: the last batch may run past them.
+    num_iter = int(math.ceil(FLAGS.num_examples / FLAGS.batch_size))
+    true_count = 0  # Counts the number of correct predictions.
+    remaining = FLAGS.num_examples
+    for _ in range(num_iter):
+      predictions = sess.run(top_k_op)
+      true_count += int(np.sum(predictions[:remaining]))
+      remaining -= FLAGS.batch_size
+
+    # Compute precision @ 1.
+    precision = true_count / FLAGS.num_examples
+    print('%s: precision @ 1 = %.3f' % (datetime.datetime.now(), precision))
+
+    summary = tf1.Summary()
+    summary.ParseFromString(sess.run(summary_op))
+    summary.value.add(tag='Precision @ 1', simple_value=precision)
+    summary_writer.add_summary(summary, global_step)
+    summary_writer.flush()
+  return precision
+
+
+def evaluate():
+  """Eval CIFAR-10 for a number of steps."""
+  eval_data = FLAGS.eval_data == 'test'
+  available = (cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL if eval_data
+               else cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)
+  if FLAGS.num_examples > available:
+    raise cifar10.UsageError(
+        '--num_examples=%d is more than the %d examples of --eval_data=%s.'
+        % (FLAGS.num_examples, available, FLAGS.eval_data))
+  with tf.Graph().as_default() as g:
+    # Get images and labels for CIFAR-10.
+    images, labels = cifar10.inputs(eval_data=eval_data)
+
+    # Build a Graph that computes the logits predictions from the
+    # inference model.
+    logits = cifar10.inference(images)
+
+    # Calculate predictions.
+    top_k_op = tf1.nn.in_top_k(tf.cast(logits, tf.float32), labels, 1)
+
+    # Restore the moving average version of the learned variables for eval.
+    variable_averages = tf1.train.ExponentialMovingAverage(
+        cifar10.MOVING_AVERAGE_DECAY)
+    variables_to_restore = variable_averages.variables_to_restore()
+    saver = tf1.train.Saver(variables_to_restore)
+
+    # Build the summary operation based on the TF collection of Summaries.
+    summary_op = tf1.summary.merge_all()
+
+    summary_writer = tf1.summary.FileWriter(FLAGS.eval_dir, g)
+
+    last_evaluated = None
+    while True:
+      checkpoint_path = tf1.train.latest_checkpoint(FLAGS.checkpoint_dir)
+      if checkpoint_path is None:
+        if FLAGS.run_once:
+          raise cifar10.UsageError('No checkpoint file found in %s.'
+                                   % FLAGS.checkpoint_dir)
+        print('%s: No checkpoint file found in %s; waiting.'
+              % (datetime.datetime.now(), FLAGS.checkpoint_dir))
+      elif checkpoint_path != last_evaluated:
+        try:
+          eval_once(saver, summary_writer, top_k_op, summary_op,
+                    checkpoint_path)
+          last_evaluated = checkpoint_path
+        except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
+          # The saver may delete an old checkpoint while we read it.
+          if FLAGS.run_once:
+            raise cifar10.UsageError('Cannot read checkpoint %s: %s'
+                                     % (checkpoint_path, e.message))
+          print('%s: Checkpoint %s is gone or incomplete; trying again in '
+                '%d s.' % (datetime.datetime.now(), checkpoint_path,
+                           FLAGS.eval_interval_secs))
+      if FLAGS.run_once:
+        break
+      time.sleep(FLAGS.eval_interval_secs)
+
+
+def main(argv=None):  # pylint: disable=unused-argument
+  cifar10.maybe_download_and_extract()
+  evaluate()
+
+
+if __name__ == '__main__':
+  cifar10.run_main(main)

@@ -1,0 +1,251 @@
+"""Routine for decoding the CIFAR-10 binary file format.
+
+The images are read with tf.data from the native binary files under
+`<data_dir>/cifar-10-batches-bin`, decoded, distorted (training) or
+centrally cropped (evaluation), standardized per image and batched.
+Everything here runs on /cpu:0, so that the model's device is free for
+the model.
+
+Usage in graph mode:
+
+  images, labels = distorted_inputs(data_dir, batch_size)
+  with tf.compat.v1.Session() as sess:
+    sess.run(tf.compat.v1.global_variables_initializer())
+    print(sess.run(labels))
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+# Process images of this size. Note that this differs from the original
+# CIFAR image size of 32 x 32. If one alters this number, then the entire
+# model architecture will change and any model would need to be retrained.
+IMAGE_SIZE = 24
+
+# Global constants describing the CIFAR-10 data set.
+NUM_CLASSES = 10
+NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
+NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = 10000
+
+# The binary layout: one label byte, then a 32x32x3 image, depth-major.
+LABEL_BYTES = 1
+HEIGHT = 32
+WIDTH = 32
+DEPTH = 3
+IMAGE_BYTES = HEIGHT * WIDTH * DEPTH
+RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES
+
+BATCHES_DIR = 'cifar-10-batches-bin'
+TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
+TEST_FILES = ['test_batch.bin']
+
+# Fraction of an epoch held in the shuffle buffer (the tutorial's
+# min_fraction_of_examples_in_queue), and threads for preprocessing.
+MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
+NUM_PREPROCESS_THREADS = 16
+
+
+class DataError(Exception):
+  """The data directory or a data file is missing or malformed."""
+
+
+def check_data_file(filename, data_dir):
+  """Checks that a file holds whole CIFAR-10 records with labels in 0..9.
+
+  Args:
+    filename: path of a binary batch file.
+    data_dir: the data directory, named in the error messages.
+
+  Raises:
+    DataError: the file is missing, empty, not a whole number of records,
+      or has a label byte outside 0..9.
+  """
+  if not tf.io.gfile.exists(filename):
+    raise DataError(
+        'Failed to find file: %s. Get the data with `python cifar10_train.py '
+        '--data_dir=%s` (it downloads CIFAR-10 from --data_url), or extract '
+        'cifar-10-binary.tar.gz into %s.' % (filename, data_dir, data_dir))
+  with tf.io.gfile.GFile(filename, 'rb') as f:
+    data = np.frombuffer(f.read(), dtype=np.uint8)
+  if data.size == 0 or data.size % RECORD_BYTES:
+    raise DataError(
+        'Data file %s has %d bytes, not a positive multiple of the %d-byte '
+        'CIFAR-10 record: it is truncated or not CIFAR-10 data. Delete %s '
+        'and run again to get the data anew.'
+        % (filename, data.size, RECORD_BYTES,
+           os.path.join(data_dir, BATCHES_DIR)))
+  bad = np.flatnonzero(data[::RECORD_BYTES] >= NUM_CLASSES)
+  if bad.size:
+    raise DataError(
+        'Data file %s: record %d has label byte %d, outside 0..%d: it is not '
+        'CIFAR-10 data. Delete %s and run again to get the data anew.'
+        % (filename, bad[0], data[bad[0] * RECORD_BYTES], NUM_CLASSES - 1,
+           os.path.join(data_dir, BATCHES_DIR)))
+
+
+def data_files(data_dir, eval_data):
+  """Returns the checked list of binary files for a split.
+
+  Args:
+    data_dir: the directory that holds `cifar-10-batches-bin`.
+    eval_data: bool, True for the test files, False for the training files.
+
+  Returns:
+    A list of file paths.
+
+  Raises:
+    DataError: a file is missing or malformed (see check_data_file).
+  """
+  names = TEST_FILES if eval_data else TRAIN_FILES
+  filenames = [os.path.join(data_dir, BATCHES_DIR, name) for name in names]
+  for filename in filenames:
+    check_data_file(filename, data_dir)
+  return filenames
+
+
+def decode_record(record):
+  """Decodes one CIFAR-10 binary record.
+
+  Args:
+    record: a scalar string tensor of RECORD_BYTES bytes.
+
+  Returns:
+    label: an int32 scalar in 0..9.
+    image: a float32 [32, 32, 3] tensor of pixel values in 0..255.
+  """
+  record_bytes = tf.io.decode_raw(record, tf.uint8)
+  label = tf.cast(record_bytes[0], tf.int32)
+  # The image is stored depth-major: [depth, height, width].
+  depth_major = tf.reshape(record_bytes[LABEL_BYTES:RECORD_BYTES],
+                           [DEPTH, HEIGHT, WIDTH])
+  image = tf.transpose(tf.cast(depth_major, tf.float32), [1, 2, 0])
+  return label, image
+
+
+def distort_image(image):
+  """Applies the tutorial's training distortions, in the tutorial's order.
+
+  Args:
+    image: a float32 [32, 32, 3] image.
+
+  Returns:
+    A float32 [24, 24, 3] image, standardized.
+  """
+  image = tf.image.random_crop(image, [IMAGE_SIZE, IMAGE_SIZE, DEPTH])
+  image = tf.image.random_flip_left_right(image)
+  image = tf.image.random_brightness(image, max_delta=63)
+  image = tf.image.random_contrast(image, lower=0.2, upper=1.8)
+  return tf.image.per_image_standardization(image)
+
+
+def eval_image(image):
+  """Crops the central 24x24 of an image and standardizes it.
+
+  Args:
+    image: a float32 [32, 32, 3] image.
+
+  Returns:
+    A float32 [24, 24, 3] image, standardized.
+  """
+  image = tf.image.resize_with_crop_or_pad(image, IMAGE_SIZE, IMAGE_SIZE)
+  return tf.image.per_image_standardization(image)
+
+
+def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
+             prefetch_batches):
+  """Builds the record -> preprocess -> batch pipeline.
+
+  Args:
+    filenames: list of binary files.
+    preprocess: function from a [32, 32, 3] image to a [24, 24, 3] one.
+    batch_size: images per batch.
+    shuffle_buffer: records held for shuffling; 0 for file order.
+    prefetch_batches: batches made ahead of the consumer.
+
+  Returns:
+    A repeating tf.data.Dataset of (images [batch, 24, 24, 3],
+    labels [batch]) with static shapes.
+  """
+  def parse(record):
+    label, image = decode_record(record)
+    return preprocess(image), label
+
+  dataset = tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES).repeat()
+  if shuffle_buffer:
+    dataset = dataset.shuffle(shuffle_buffer)
+  dataset = dataset.map(parse, num_parallel_calls=NUM_PREPROCESS_THREADS)
+  dataset = dataset.batch(batch_size, drop_remainder=True)
+  return dataset.prefetch(prefetch_batches)
+
+
+def distorted_batches(data_dir, batch_size, num_batches):
+  """Constructs distinct distorted batches from one shared input pipeline.
+
+  The pipeline shuffles records in a buffer of 40% of an epoch, distorts
+  them in parallel and prefetches 2 x num_batches batches; each of the
+  num_batches outputs takes its own batch from it at every step (one per
+  tower in the multi-GPU trainer).
+
+  Args:
+    data_dir: path to the CIFAR-10 data directory.
+    batch_size: number of images per batch.
+    num_batches: number of batches each step takes.
+
+  Returns:
+    A list of num_batches (images, labels) pairs: float32
+    [batch_size, 24, 24, 3] images and int32 [batch_size] labels.
+  """
+  min_queue_examples = int(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN *
+                           MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
+  print('Filling queue with %d CIFAR images before starting to train. '
+        'This will take a few seconds.' % min_queue_examples)
+  with tf.device('/cpu:0'):
+    dataset = _dataset(data_files(data_dir, eval_data=False), distort_image,
+                       batch_size, min_queue_examples, 2 * num_batches)
+    iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
+    batches = [iterator.get_next() for _ in range(num_batches)]
+  # Display the training images in the visualizer.
+  tf.compat.v1.summary.image('images', batches[-1][0])
+  return batches
+
+
+def distorted_inputs(data_dir, batch_size):
+  """Constructs distorted input for CIFAR training.
+
+  Args:
+    data_dir: path to the CIFAR-10 data directory.
+    batch_size: number of images per batch.
+
+  Returns:
+    images: float32 [batch_size, 24, 24, 3] tensor.
+    labels: int32 [batch_size] tensor.
+  """
+  return distorted_batches(data_dir, batch_size, 1)[0]
+
+
+def inputs(eval_data, data_dir, batch_size):
+  """Constructs input for CIFAR evaluation, in file order, repeating.
+
+  Args:
+    eval_data: bool, whether to read the test set (True) or the training
+      set (False).
+    data_dir: path to the CIFAR-10 data directory.
+    batch_size: number of images per batch.
+
+  Returns:
+    images: float32 [batch_size, 24, 24, 3] tensor.
+    labels: int32 [batch_size] tensor.
+  """
+  with tf.device('/cpu:0'):
+    dataset = _dataset(data_files(data_dir, eval_data), eval_image,
+                       batch_size, shuffle_buffer=0, prefetch_batches=2)
+    images, labels = tf.compat.v1.data.make_one_shot_iterator(
+        dataset).get_next()
+  tf.compat.v1.summary.image('images', images)
+  return images, labels

@@ -1,0 +1,63 @@
+"""A binary to train CIFAR-10 using a single GPU (or the CPU).
+
+Accuracy:
+cifar10_train.py achieves ~86% accuracy after 100K steps (256 epochs of
+data) as judged by cifar10_eval.py.
+
+Usage:
+Please see the tutorial and website for how to download the CIFAR-10
+data set, compile the program and train the model.
+
+  python cifar10_train.py --data_dir=/tmp/cifar10_data \\
+      --train_dir=/tmp/cifar10_train --max_steps=100000
+
+A rerun with the same --train_dir resumes from its latest checkpoint; to
+start over, delete --train_dir or name another.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import cifar10  # First: it quiets TensorFlow's start-up logging.
+import tensorflow as tf
+
+FLAGS = tf.compat.v1.flags.FLAGS
+cifar10.define_trainer_flags(max_steps=100000)
+tf.compat.v1.flags.adopt_module_key_flags(cifar10)
+
+
+def train():
+  """Train CIFAR-10 for a number of steps."""
+  with tf.Graph().as_default():
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+
+    # Get images and labels for CIFAR-10.
+    # Force input pipeline to CPU:0 to avoid operations sometimes ending up on
+    # GPU and resulting in a slow down.
+    with tf.device('/cpu:0'):
+      images, labels = cifar10.distorted_inputs()
+
+    # Build a Graph that computes the logits predictions from the
+    # inference model.
+    logits = cifar10.inference(images)
+
+    # Calculate loss.
+    loss = cifar10.loss(logits, labels)
+
+    # Build a Graph that trains the model with one batch of examples and
+    # updates the model parameters.
+    train_op = cifar10.train(loss, global_step)
+
+    cifar10.run_training(train_op, loss,
+                         examples_per_step=FLAGS.batch_size,
+                         config=cifar10.session_config())
+
+
+def main(argv=None):  # pylint: disable=unused-argument
+  cifar10.maybe_download_and_extract()
+  train()
+
+
+if __name__ == '__main__':
+  cifar10.run_main(main)

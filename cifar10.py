@@ -30,7 +30,6 @@ import datetime
 import hashlib
 import math
 import os
-import re
 import shutil
 import signal
 import sys
@@ -132,13 +131,30 @@ def define_trainer_flags(max_steps):
                        lower_bound=1)
 
 
-def add_summary(summary):
-  """Adds a summary op to the collection that tf.summary.merge_all reads.
+def scalar_summary(tag, value):
+  """Adds a scalar summary tagged exactly `tag`, whatever the name scope.
+
+  tf.summary.scalar would prefix the current name scope (a tower's
+  'tower_i/') and uniquify the tag; the raw op keeps it as given, while the
+  op itself stays in the scope, so a trainer can pick one tower's summaries.
 
   Args:
-    summary: a string tensor from a summary op.
+    tag: the TensorBoard tag.
+    value: a scalar tensor.
   """
-  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES, summary)
+  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
+                        tf.raw_ops.ScalarSummary(tags=tag, values=value))
+
+
+def histogram_summary(tag, values):
+  """Adds a histogram summary tagged exactly `tag` (see scalar_summary).
+
+  Args:
+    tag: the TensorBoard tag.
+    values: a tensor.
+  """
+  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
+                        tf.raw_ops.HistogramSummary(tag=tag, values=values))
 
 
 def _activation_summary(x):
@@ -150,15 +166,11 @@ def _activation_summary(x):
   Args:
     x: Tensor
   """
-  # Remove 'tower_[0-9]/' from the name in case this is a multi-GPU training
-  # session. This helps the clarity of presentation on tensorboard. The raw
-  # summary ops keep the tag as given; tf.summary.* would prefix the tower's
-  # name scope again.
-  tensor_name = re.sub('%s_[0-9]*/' % TOWER_NAME, '', x.op.name)
-  add_summary(tf.raw_ops.HistogramSummary(tag=tensor_name + '/activations',
-                                          values=x))
-  add_summary(tf.raw_ops.ScalarSummary(tags=tensor_name + '/sparsity',
-                                       values=tf.nn.zero_fraction(x)))
+  # Tag by the layer's name alone: 'conv1', not 'tower_0/conv1/conv1'. This
+  # helps the clarity of presentation on tensorboard.
+  layer_name = x.op.name.split('/')[-1]
+  histogram_summary(layer_name + '/activations', x)
+  scalar_summary(layer_name + '/sparsity', tf.nn.zero_fraction(x))
 
 
 def _dtype():
@@ -380,9 +392,8 @@ def _add_loss_summaries(total_loss):
   for l in losses + [total_loss]:
     # Name each loss as '(raw)' and name the moving average version of the loss
     # as the original loss name.
-    add_summary(tf.raw_ops.ScalarSummary(tags=l.op.name + ' (raw)', values=l))
-    add_summary(tf.raw_ops.ScalarSummary(tags=l.op.name,
-                                         values=loss_averages.average(l)))
+    scalar_summary(l.op.name + ' (raw)', l)
+    scalar_summary(l.op.name, loss_averages.average(l))
 
   return loss_averages_op
 
@@ -404,7 +415,7 @@ def learning_rate(global_step, examples_per_step):
                                    decay_steps,
                                    LEARNING_RATE_DECAY_FACTOR,
                                    staircase=True)
-  tf1.summary.scalar('learning_rate', lr)
+  scalar_summary('learning_rate', lr)
   return lr
 
 
@@ -423,10 +434,10 @@ def apply_gradients(opt, grads, global_step):
 
   # Add histograms for trainable variables and their gradients.
   for var in tf1.trainable_variables():
-    tf1.summary.histogram(var.op.name, var)
+    histogram_summary(var.op.name, var)
   for grad, var in grads:
     if grad is not None:
-      tf1.summary.histogram(var.op.name + '/gradients', grad)
+      histogram_summary(var.op.name + '/gradients', grad)
 
   # Track the moving averages of all trainable variables, from the values
   # the gradient step has just written.

@@ -85,7 +85,7 @@ def tower_loss(scope, images, labels):
     # Remove 'tower_[0-9]/' from the name in case this is a multi-GPU training
     # session. This helps the clarity of presentation on tensorboard.
     loss_name = re.sub('%s_[0-9]*/' % cifar10.TOWER_NAME, '', l.op.name)
-    cifar10.add_summary(tf.raw_ops.ScalarSummary(tags=loss_name, values=l))
+    cifar10.scalar_summary(loss_name, l)
 
   return total_loss
 

@@ -1,0 +1,163 @@
+"""End to end: the single-tower trainer and the evaluator as a user runs them."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
+                      run_script)
+
+tf1 = tf.compat.v1
+
+
+def _event_tags(directory):
+  tags = {}
+  for path in glob.glob(os.path.join(directory, 'events.out.tfevents.*')):
+    for event in tf1.train.summary_iterator(path):
+      for value in event.summary.value:
+        tags.setdefault(value.tag, []).append((event.step, value))
+  return tags
+
+
+def _train(data_dir, train_dir, *args):
+  result = run_script('cifar10_train.py', '--data_dir=' + data_dir,
+                      '--train_dir=' + train_dir, '--batch_size=32', *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result
+
+
+def test_train_resume_and_evaluate(real_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  first = _train(real_data_dir, train_dir, '--max_steps=40')
+  steps = [int(m.group(1)) for m in STEP_LINE.finditer(first.stdout)]
+  assert steps == [0, 10, 20, 30], first.stdout
+  assert 'Filling queue with 20000 CIFAR images' in first.stdout
+  assert checkpoint_step(train_dir) == 40
+  events_before = set(glob.glob(os.path.join(train_dir, 'events.*')))
+
+  second = _train(real_data_dir, train_dir, '--max_steps=60')
+  assert 'Resuming from' in second.stdout
+  steps = [int(m.group(1)) for m in STEP_LINE.finditer(second.stdout)]
+  assert steps == [40, 50], second.stdout
+  assert checkpoint_step(train_dir) == 60
+  assert events_before < set(glob.glob(os.path.join(train_dir, 'events.*')))
+
+  tags = _event_tags(train_dir)
+  for tag in ['learning_rate', 'total_loss', 'total_loss (raw)',
+              'cross_entropy', 'local3/weight_loss', 'conv1/sparsity',
+              'conv2/activations', 'softmax_linear/sparsity',
+              'local4/weights', 'local4/weights/gradients',
+              'images/image/0']:
+    assert tag in tags, sorted(tags)
+
+  eval_dir = str(tmp_path / 'eval')
+  result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
+                      '--checkpoint_dir=' + train_dir,
+                      '--eval_dir=' + eval_dir, '--run_once',
+                      '--num_examples=1000', '--batch_size=300')
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = [l for l in result.stdout.splitlines() if 'precision @ 1' in l]
+  assert len(lines) == 1
+  precision = float(lines[0].split('= ')[1])
+  assert 0.0 <= precision <= 1.0
+  # 1000 examples at batch 300 is 4 batches; only the first 1000 count, so
+  # the precision is a multiple of 1/1000.
+  assert abs(precision * 1000 - round(precision * 1000)) < 1e-6
+  precision_events = _event_tags(eval_dir)['Precision @ 1']
+  assert [step for step, _ in precision_events] == [60]
+  assert abs(precision_events[0][1].simple_value - precision) < 1e-3
+
+
+def test_eval_counts_exactly_num_examples(real_data_dir, tmp_path):
+  """The evaluator's precision equals a direct count over the first N images."""
+  sys.path.insert(0, REPO)
+  import cifar10  # pylint: disable=g-import-not-at-top
+  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+  train_dir = str(tmp_path / 'train')
+  _train(real_data_dir, train_dir, '--max_steps=20')
+  result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
+                      '--checkpoint_dir=' + train_dir,
+                      '--eval_dir=' + str(tmp_path / 'eval'), '--run_once',
+                      '--num_examples=250', '--batch_size=100')
+  assert result.returncode == 0, result.stderr[-3000:]
+  reported = float(result.stdout.split('precision @ 1 = ')[1].split()[0])
+
+  with flagsaver.flagsaver(data_dir=real_data_dir, batch_size=250), \
+      tf.Graph().as_default():
+    images, labels = cifar10.inputs(eval_data=True)
+    correct = tf1.nn.in_top_k(cifar10.inference(images), labels, 1)
+    ema = tf1.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
+    saver = tf1.train.Saver(ema.variables_to_restore())
+    with tf1.Session() as sess:
+      saver.restore(sess, tf1.train.latest_checkpoint(train_dir))
+      expected = np.mean(sess.run(correct))
+  assert abs(reported - expected) < 1e-3 + 1e-9
+
+
+def test_eval_without_checkpoint_is_one_line(real_data_dir, tmp_path):
+  empty = str(tmp_path / 'nothing_here')
+  result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
+                      '--checkpoint_dir=' + empty, '--run_once',
+                      '--eval_dir=' + str(tmp_path / 'eval'))
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == [
+      'Error: No checkpoint file found in %s.' % empty]
+  assert 'Traceback' not in result.stderr
+
+
+def test_loss_falls_over_a_few_hundred_steps(real_data_dir, tmp_path):
+  result = _train(real_data_dir, str(tmp_path / 'train'), '--max_steps=300',
+                  '--batch_size=64', '--log_frequency=20')
+  losses = [float(m.group(2)) for m in STEP_LINE.finditer(result.stdout)]
+  assert len(losses) == 15
+  assert 4.6 < losses[0] < 4.75
+  assert np.mean(losses[-3:]) < losses[0] - 0.6, losses
+
+
+def test_sigterm_saves_checkpoint_at_current_step(real_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, 'cifar10_train.py'),
+       '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
+       '--batch_size=16', '--log_frequency=1', '--max_steps=100000'],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  seen = []
+  for line in proc.stdout:
+    match = STEP_LINE.match(line.strip())
+    if match:
+      seen.append(int(match.group(1)))
+      if len(seen) == 25:
+        proc.send_signal(signal.SIGTERM)
+        break
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 0, err[-3000:]
+  steps = seen + [int(m.group(1)) for m in STEP_LINE.finditer(out)]
+  assert 'Stopped by signal %d' % signal.SIGTERM in out
+  # The checkpoint holds every step that ran: the last logged one + 1.
+  assert checkpoint_step(train_dir) == steps[-1] + 1 >= 25
+
+
+def test_nan_loss_stops_with_one_line_and_keeps_checkpoint(real_data_dir,
+                                                           tmp_path):
+  train_dir = str(tmp_path / 'train')
+  result = run_script('cifar10_train.py', '--data_dir=' + real_data_dir,
+                      '--train_dir=' + train_dir, '--batch_size=16',
+                      '--max_steps=200', '--initial_learning_rate=1e5')
+  assert result.returncode == 1
+  lines = error_lines(result.stderr)
+  assert len(lines) == 1 and 'Traceback' not in result.stderr
+  assert lines[0].startswith('Error: Model diverged with loss = nan at step ')
+  assert 'Lower --initial_learning_rate (now 100000)' in lines[0]
+  kept = tf.train.latest_checkpoint(train_dir)
+  assert kept and kept in lines[0]
+  reader = tf.train.load_checkpoint(kept)
+  for name in reader.get_variable_to_shape_map():
+    value = reader.get_tensor(name)
+    if np.issubdtype(np.asarray(value).dtype, np.floating):
+      assert np.all(np.isfinite(value)), name

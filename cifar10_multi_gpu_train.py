@@ -81,11 +81,12 @@ def tower_loss(scope, images, labels):
   total_loss = tf.add_n(losses, name='total_loss')
 
   # Attach a scalar summary to all individual losses and the total loss.
-  for l in losses + [total_loss]:
+  for l in losses:
     # Remove 'tower_[0-9]/' from the name in case this is a multi-GPU training
     # session. This helps the clarity of presentation on tensorboard.
     loss_name = re.sub('%s_[0-9]*/' % cifar10.TOWER_NAME, '', l.op.name)
     cifar10.scalar_summary(loss_name, l)
+  cifar10.scalar_summary('total_loss', total_loss)
 
   return total_loss
 

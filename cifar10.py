@@ -28,6 +28,7 @@ from __future__ import print_function
 
 import datetime
 import hashlib
+import http.client
 import math
 import os
 import shutil
@@ -686,7 +687,7 @@ def _download(url, filepath):
     print()
     if total and received != total:
       raise IOError('got %d of %d bytes' % (received, total))
-  except (IOError, OSError, ValueError) as e:
+  except (IOError, OSError, ValueError, http.client.HTTPException) as e:
     if os.path.exists(partial):
       os.remove(partial)
     raise UsageError(

@@ -1,0 +1,167 @@
+"""maybe_download_and_extract against a local HTTP server and file:// URLs."""
+
+import hashlib
+import http.server
+import io
+import os
+import tarfile
+import threading
+
+from absl.testing import flagsaver
+import pytest
+
+import cifar10
+import cifar10_input
+from conftest import make_fake_data
+
+
+def _archive(tmp_path):
+  """A small .tar.gz in the CIFAR-10 layout; returns (bytes, md5)."""
+  source = tmp_path / 'source'
+  make_fake_data(str(source), records_per_file=3)
+  buf = io.BytesIO()
+  with tarfile.open(fileobj=buf, mode='w:gz') as tar:
+    tar.add(str(source / cifar10_input.BATCHES_DIR),
+            arcname=cifar10_input.BATCHES_DIR)
+  data = buf.getvalue()
+  return data, hashlib.md5(data).hexdigest()
+
+
+class _Server(object):
+  """Serves one archive on 127.0.0.1; `cut` sends only part of the body."""
+
+  def __init__(self, body, cut=None):
+    server = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+
+      def do_GET(self):  # pylint: disable=invalid-name
+        server.requests += 1
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[:cut] if cut else body)
+        self.wfile.flush()
+        self.close_connection = True
+
+      def log_message(self, *args):
+        pass
+
+    self.requests = 0
+    self.httpd = http.server.HTTPServer(('127.0.0.1', 0), Handler)
+    self.url = 'http://127.0.0.1:%d/cifar-10-binary.tar.gz' % (
+        self.httpd.server_address[1])
+    self.thread = threading.Thread(target=self.httpd.serve_forever)
+    self.thread.daemon = True
+    self.thread.start()
+
+  def close(self):
+    self.httpd.shutdown()
+    self.httpd.server_close()
+
+
+@pytest.fixture
+def archive(tmp_path):
+  return _archive(tmp_path)
+
+
+def _leftovers(data_dir):
+  return sorted(n for n in os.listdir(data_dir)
+                if n.startswith('.extracting') or n.endswith('.part'))
+
+
+def test_http_download_with_progress_and_md5(tmp_path, archive, capsys):
+  body, md5 = archive
+  server = _Server(body)
+  data_dir = str(tmp_path / 'data')
+  try:
+    with flagsaver.flagsaver(data_dir=data_dir, data_url=server.url,
+                             data_md5=md5):
+      cifar10.maybe_download_and_extract()
+      assert cifar10_input.data_files(data_dir, eval_data=False)
+      # Present data: nothing is fetched again.
+      cifar10.maybe_download_and_extract()
+  finally:
+    server.close()
+  assert server.requests == 1
+  out = capsys.readouterr().out
+  assert '>> Downloading cifar-10-binary.tar.gz 100.0%' in out
+  assert 'Successfully downloaded' in out
+  assert _leftovers(data_dir) == []
+
+
+def test_wrong_md5_is_an_error_and_extracts_nothing(tmp_path, archive):
+  body, _ = archive
+  server = _Server(body)
+  data_dir = str(tmp_path / 'data')
+  try:
+    with flagsaver.flagsaver(data_dir=data_dir, data_url=server.url,
+                             data_md5='0' * 32):
+      with pytest.raises(cifar10.UsageError, match='has md5 .* not 0000'):
+        cifar10.maybe_download_and_extract()
+  finally:
+    server.close()
+  assert not os.path.exists(os.path.join(data_dir, cifar10_input.BATCHES_DIR))
+  assert _leftovers(data_dir) == []
+
+
+def test_official_url_checks_official_md5(tmp_path, archive):
+  body, _ = archive
+  data_dir = tmp_path / 'data'
+  data_dir.mkdir()
+  (data_dir / 'cifar-10-binary.tar.gz').write_bytes(body)
+  with flagsaver.flagsaver(data_dir=str(data_dir)):
+    with pytest.raises(cifar10.UsageError, match=cifar10.DATA_MD5):
+      cifar10.maybe_download_and_extract()
+
+
+@pytest.mark.parametrize('cut', [100, 5000])
+def test_truncated_body_leaves_nothing(tmp_path, archive, cut):
+  body, md5 = archive
+  server = _Server(body, cut=cut)
+  data_dir = str(tmp_path / 'data')
+  try:
+    with flagsaver.flagsaver(data_dir=data_dir, data_url=server.url,
+                             data_md5=md5):
+      with pytest.raises(cifar10.UsageError, match='Failed to download'):
+        cifar10.maybe_download_and_extract()
+  finally:
+    server.close()
+  assert sorted(os.listdir(data_dir)) == []
+
+
+def test_server_gone_is_an_error(tmp_path, archive):
+  body, md5 = archive
+  server = _Server(body)
+  url = server.url
+  server.close()
+  data_dir = str(tmp_path / 'data')
+  with flagsaver.flagsaver(data_dir=data_dir, data_url=url, data_md5=md5):
+    with pytest.raises(cifar10.UsageError, match='Failed to download'):
+      cifar10.maybe_download_and_extract()
+  assert sorted(os.listdir(data_dir)) == []
+
+
+def test_file_url(tmp_path, archive):
+  body, _ = archive
+  path = tmp_path / 'copy.tar.gz'
+  path.write_bytes(body)
+  data_dir = str(tmp_path / 'data')
+  with flagsaver.flagsaver(data_dir=data_dir, data_url='file://' + str(path)):
+    cifar10.maybe_download_and_extract()
+  assert len(cifar10_input.data_files(data_dir, eval_data=True)) == 1
+
+
+def test_archive_without_cifar_directory(tmp_path):
+  buf = io.BytesIO()
+  with tarfile.open(fileobj=buf, mode='w:gz') as tar:
+    info = tarfile.TarInfo('something/else.txt')
+    info.size = 2
+    tar.addfile(info, io.BytesIO(b'hi'))
+  path = tmp_path / 'other.tar.gz'
+  path.write_bytes(buf.getvalue())
+  data_dir = str(tmp_path / 'data')
+  with flagsaver.flagsaver(data_dir=data_dir, data_url='file://' + str(path)):
+    with pytest.raises(cifar10.UsageError, match='holds no cifar-10-batches'):
+      cifar10.maybe_download_and_extract()
+  assert sorted(os.listdir(data_dir)) == ['other.tar.gz']

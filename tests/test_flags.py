@@ -1,0 +1,110 @@
+"""Flags: --help lists them, booleans parse every form, bad ones are one line."""
+
+from absl.testing import flagsaver
+import pytest
+
+import cifar10
+import cifar10_eval  # pylint: disable=unused-import
+from conftest import error_lines, run_script
+
+FLAGS = cifar10.FLAGS
+
+DOCUMENTED = {
+    'cifar10_train.py': ['batch_size', 'data_dir', 'use_fp16', 'train_dir',
+                         'max_steps', 'log_device_placement',
+                         'log_frequency', 'data_url'],
+    'cifar10_multi_gpu_train.py': ['batch_size', 'data_dir', 'use_fp16',
+                                   'train_dir', 'max_steps', 'num_gpus',
+                                   'log_device_placement', 'virtual_cpus'],
+    'cifar10_eval.py': ['batch_size', 'data_dir', 'use_fp16', 'eval_dir',
+                        'eval_data', 'checkpoint_dir', 'eval_interval_secs',
+                        'num_examples', 'run_once'],
+}
+
+
+@pytest.mark.parametrize('script', sorted(DOCUMENTED))
+def test_help_lists_every_flag_with_default(script):
+  result = run_script(script, '--help')  # absl exits 1 after the help.
+  assert 'Traceback' not in result.stderr
+  for name in DOCUMENTED[script]:
+    assert '--' + name in result.stdout or '--[no]' + name in result.stdout
+  assert "(default: '128')" in result.stdout
+  if script == 'cifar10_multi_gpu_train.py':
+    assert "(default: '1000000')" in result.stdout
+  if script == 'cifar10_train.py':
+    assert "(default: '100000')" in result.stdout
+
+
+@pytest.mark.parametrize('argv,expected', [
+    (['--run_once'], True),
+    (['--run_once=true'], True),
+    (['--run_once=false'], False),
+    (['--run_once=False'], False),
+    (['--norun_once'], False),
+    ([], False),
+])
+def test_boolean_flags_parse_every_form(argv, expected):
+  with flagsaver.flagsaver():
+    FLAGS.unparse_flags()
+    FLAGS(['cifar10_eval.py'] + argv)
+    assert FLAGS.run_once is expected
+
+
+def test_script_flags_parse_with_model_flags():
+  with flagsaver.flagsaver():
+    FLAGS.unparse_flags()
+    FLAGS(['cifar10_eval.py', '--batch_size=7', '--use_fp16=false',
+           '--eval_data=train_eval', '--num_examples=33'])
+    assert (FLAGS.batch_size, FLAGS.use_fp16, FLAGS.eval_data,
+            FLAGS.num_examples) == (7, False, 'train_eval', 33)
+
+
+@pytest.mark.parametrize('script,arg,message', [
+    ('cifar10_train.py', '--batch_size=0',
+     'flag --batch_size=0: 0 is not a positive integer'),
+    ('cifar10_train.py', '--max_steps=-5',
+     'flag --max_steps=-5: -5 is not a positive integer'),
+    ('cifar10_train.py', '--bogus=1', "Unknown command line flag 'bogus'"),
+    ('cifar10_multi_gpu_train.py', '--num_gpus=0',
+     'flag --num_gpus=0: 0 is not a positive integer'),
+    ('cifar10_eval.py', '--eval_data=validation',
+     'flag --eval_data=validation: value should be one of '
+     '<test|train_eval>'),
+    ('cifar10_eval.py', '--eval_interval_secs=0',
+     'flag --eval_interval_secs=0: 0 is not a positive integer'),
+    ('cifar10_eval.py', '--num_examples=abc',
+     "flag --num_examples=abc: invalid literal for int() with base 10: "
+     "'abc'"),
+])
+def test_bad_flag_is_one_line(script, arg, message):
+  result = run_script(script, arg)
+  assert result.returncode == 2
+  assert error_lines(result.stderr) == ['Error: %s. See --help.' % message]
+  assert 'Traceback' not in result.stderr
+
+
+def test_stray_argument_is_one_line():
+  result = run_script('cifar10_train.py', 'oops')
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == [
+      'Error: Unexpected arguments oops. See --help.']
+
+
+def test_too_many_eval_examples_is_one_line(fake_data_dir):
+  result = run_script('cifar10_eval.py', '--data_dir=' + fake_data_dir,
+                      '--num_examples=10001', '--run_once')
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == [
+      'Error: --num_examples=10001 is more than the 10000 examples of '
+      '--eval_data=test.']
+
+
+def test_missing_data_is_one_line(tmp_path):
+  result = run_script('cifar10_train.py', '--data_dir=' + str(tmp_path),
+                      '--data_url=file://' + str(tmp_path / 'none.tar.gz'),
+                      '--train_dir=' + str(tmp_path / 'train'))
+  assert result.returncode == 1
+  lines = error_lines(result.stderr)
+  assert len(lines) == 1 and 'Traceback' not in result.stderr
+  assert lines[0].startswith('Error: Failed to download file://')
+  assert not (tmp_path / 'train').exists()

@@ -785,3 +785,6 @@ def run_main(main):
   except (UsageError, cifar10_input.DataError) as e:
     sys.stderr.write('Error: %s\n' % e)
     sys.exit(1)
+  except KeyboardInterrupt:
+    sys.stderr.write('Interrupted.\n')
+    sys.exit(130)

@@ -6,9 +6,6 @@ predictions over exactly --num_examples images of --eval_data, prints
 the precision and writes it as 'Precision @ 1' to --eval_dir.
 
 Usage:
-Please see the tutorial and website for how to download the CIFAR-10
-data set, compile the program and train the model.
-
   python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train --run_once
 
 Without --run_once it evaluates each new checkpoint, checking every

@@ -1,5 +1,8 @@
 """Flags: --help lists them, booleans parse every form, bad ones are one line."""
 
+import os
+import re
+
 from absl.testing import flagsaver
 import pytest
 
@@ -108,3 +111,30 @@ def test_missing_data_is_one_line(tmp_path):
   assert len(lines) == 1 and 'Traceback' not in result.stderr
   assert lines[0].startswith('Error: Failed to download file://')
   assert not (tmp_path / 'train').exists()
+
+
+@pytest.mark.parametrize('damage,message', [
+    ('missing', r'Error: Failed to find file: .*data_batch_4\.bin\. '),
+    ('truncated', r'Error: Data file .*data_batch_4\.bin has 6246 bytes, '
+                  r'not a positive multiple of the 3073-byte'),
+    ('label', r'Error: Data file .*data_batch_4\.bin: record 1 has label '
+              r'byte 200'),
+])
+def test_bad_data_is_one_line(fake_data_dir, tmp_path, damage, message):
+  path = os.path.join(fake_data_dir, 'cifar-10-batches-bin',
+                      'data_batch_4.bin')
+  if damage == 'missing':
+    os.remove(path)
+  elif damage == 'truncated':
+    with open(path, 'r+b') as f:
+      f.truncate(3073 * 2 + 100)
+  else:
+    with open(path, 'r+b') as f:
+      f.seek(3073)
+      f.write(bytes([200]))
+  result = run_script('cifar10_train.py', '--data_dir=' + fake_data_dir,
+                      '--train_dir=' + str(tmp_path / 'train'))
+  assert result.returncode == 1
+  lines = error_lines(result.stderr)
+  assert len(lines) == 1 and 'Traceback' not in result.stderr
+  assert re.match(message, lines[0]), lines[0]

@@ -42,6 +42,7 @@ import time
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from absl import app  # pylint: disable=g-import-not-at-top
+import numpy as np
 from six.moves import urllib
 import tensorflow as tf
 
@@ -585,6 +586,33 @@ class StopOnSignalHook(tf1.train.SessionRunHook):
       signal.signal(signum, handler)
 
 
+def _rewind_to_finite_checkpoint(train_dir):
+  """Makes the newest checkpoint whose values are all finite the latest.
+
+  The step before a NaN loss may already have written non-finite weights,
+  and a checkpoint may have been saved from them. Those checkpoints stay on
+  disk but leave the checkpoint state, so a rerun resumes from good ones.
+
+  Args:
+    train_dir: the directory of the checkpoints.
+
+  Returns:
+    The path of that checkpoint, or None if there is none.
+  """
+  state = tf1.train.get_checkpoint_state(train_dir)
+  paths = list(state.all_model_checkpoint_paths) if state else []
+  while paths:
+    reader = tf.train.load_checkpoint(paths[-1])
+    if all(np.all(np.isfinite(reader.get_tensor(name)))
+           for name, dtype in reader.get_variable_to_dtype_map().items()
+           if dtype.is_floating):
+      tf1.train.update_checkpoint_state(train_dir, paths[-1],
+                                        all_model_checkpoint_paths=paths)
+      return paths[-1]
+    paths.pop()
+  return None
+
+
 def run_training(train_op, loss, examples_per_step, num_towers=1,
                  config=None, scaffold=None):
   """Runs train_op in a MonitoredTrainingSession over --train_dir.
@@ -636,7 +664,7 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
         'Model diverged with loss = %s at step %d. The last good checkpoint, '
         '%s, is kept. Lower --initial_learning_rate (now %g) and run again '
         'to resume from it.' % (e.value, e.step,
-                                tf1.train.latest_checkpoint(train_dir),
+                                _rewind_to_finite_checkpoint(train_dir),
                                 FLAGS.initial_learning_rate))
   if signal_hook.received is not None:
     print('Stopped by signal %d; checkpoint saved in %s.'

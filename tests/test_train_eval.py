@@ -149,7 +149,8 @@ def test_nan_loss_stops_with_one_line_and_keeps_checkpoint(real_data_dir,
   train_dir = str(tmp_path / 'train')
   result = run_script('cifar10_train.py', '--data_dir=' + real_data_dir,
                       '--train_dir=' + train_dir, '--batch_size=16',
-                      '--max_steps=200', '--initial_learning_rate=1e5')
+                      '--max_steps=200', '--initial_learning_rate=1e5',
+                      '--save_checkpoint_steps=1')
   assert result.returncode == 1
   lines = error_lines(result.stderr)
   assert len(lines) == 1 and 'Traceback' not in result.stderr

@@ -759,11 +759,12 @@ def maybe_download_and_extract():
   if not os.path.exists(filepath):
     _download(url, filepath)
   expected_md5 = flag('data_md5') or (DATA_MD5 if url == DATA_URL else None)
-  if expected_md5 and _md5(filepath) != expected_md5:
+  actual_md5 = _md5(filepath) if expected_md5 else None
+  if actual_md5 != expected_md5:
     raise UsageError(
         'Archive %s has md5 %s, not %s: it is corrupt or not the CIFAR-10 '
         'binary archive. Delete it and run again, or pass the right '
-        '--data_md5.' % (filepath, _md5(filepath), expected_md5))
+        '--data_md5.' % (filepath, actual_md5, expected_md5))
   staging = tempfile.mkdtemp(prefix='.extracting-', dir=dest_directory)
   try:
     with tarfile.open(filepath, 'r:gz') as tar:

@@ -17,7 +17,9 @@ from __future__ import print_function
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_eval
 import cifar10_multi_gpu_train as multi
+import cifar10_train
 import numpy as np
 import tensorflow as tf
 
@@ -50,10 +52,8 @@ def _time(fetch, examples_per_step, config=None):
 
 
 def _single_tower():
-  global_step = tf1.train.get_or_create_global_step()
-  images, labels = cifar10.distorted_inputs()
-  loss = cifar10.loss(cifar10.inference(images), labels)
-  return cifar10.train(loss, global_step), FLAGS.batch_size, None
+  train_op, _ = cifar10_train.build_train_op()
+  return train_op, FLAGS.batch_size, None
 
 
 def _multi(num_towers):
@@ -69,10 +69,7 @@ def _input():
 
 
 def _eval():
-  images, labels = cifar10.inputs(eval_data=True)
-  logits = cifar10.inference(images)
-  return (tf1.nn.in_top_k(tf.cast(logits, tf.float32), labels, 1),
-          FLAGS.batch_size, None)
+  return cifar10_eval.correct_predictions(True), FLAGS.batch_size, None
 
 
 BUILDERS = {

@@ -83,6 +83,26 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path):
   return precision
 
 
+def correct_predictions(eval_data):
+  """Builds the eval inputs, the model and the top-1 check per image.
+
+  Args:
+    eval_data: bool, True for the test set, False for the training set.
+
+  Returns:
+    A bool [batch_size] tensor, True where the prediction is right.
+  """
+  # Get images and labels for CIFAR-10.
+  images, labels = cifar10.inputs(eval_data=eval_data)
+
+  # Build a Graph that computes the logits predictions from the
+  # inference model.
+  logits = cifar10.inference(images)
+
+  # Calculate predictions (in float32, which in_top_k needs).
+  return tf1.nn.in_top_k(tf.cast(logits, tf.float32), labels, 1)
+
+
 def evaluate():
   """Eval CIFAR-10 for a number of steps."""
   eval_data = FLAGS.eval_data == 'test'
@@ -94,14 +114,7 @@ def evaluate():
         % (FLAGS.num_examples, available, FLAGS.eval_data))
   with tf.Graph().as_default() as g:
     # Get images and labels for CIFAR-10.
-    images, labels = cifar10.inputs(eval_data=eval_data)
-
-    # Build a Graph that computes the logits predictions from the
-    # inference model.
-    logits = cifar10.inference(images)
-
-    # Calculate predictions.
-    top_k_op = tf1.nn.in_top_k(tf.cast(logits, tf.float32), labels, 1)
+    top_k_op = correct_predictions(eval_data)
 
     # Restore the moving average version of the learned variables for eval.
     variable_averages = tf1.train.ExponentialMovingAverage(

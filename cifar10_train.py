@@ -28,28 +28,38 @@ cifar10.define_trainer_flags(max_steps=100000)
 tf.compat.v1.flags.adopt_module_key_flags(cifar10)
 
 
+def build_train_op():
+  """Builds the single-tower training graph in the default graph.
+
+  Returns:
+    train_op: op for one training step.
+    loss: the total loss tensor.
+  """
+  global_step = tf.compat.v1.train.get_or_create_global_step()
+
+  # Get images and labels for CIFAR-10.
+  # Force input pipeline to CPU:0 to avoid operations sometimes ending up on
+  # GPU and resulting in a slow down.
+  with tf.device('/cpu:0'):
+    images, labels = cifar10.distorted_inputs()
+
+  # Build a Graph that computes the logits predictions from the
+  # inference model.
+  logits = cifar10.inference(images)
+
+  # Calculate loss.
+  loss = cifar10.loss(logits, labels)
+
+  # Build a Graph that trains the model with one batch of examples and
+  # updates the model parameters.
+  train_op = cifar10.train(loss, global_step)
+  return train_op, loss
+
+
 def train():
   """Train CIFAR-10 for a number of steps."""
   with tf.Graph().as_default():
-    global_step = tf.compat.v1.train.get_or_create_global_step()
-
-    # Get images and labels for CIFAR-10.
-    # Force input pipeline to CPU:0 to avoid operations sometimes ending up on
-    # GPU and resulting in a slow down.
-    with tf.device('/cpu:0'):
-      images, labels = cifar10.distorted_inputs()
-
-    # Build a Graph that computes the logits predictions from the
-    # inference model.
-    logits = cifar10.inference(images)
-
-    # Calculate loss.
-    loss = cifar10.loss(logits, labels)
-
-    # Build a Graph that trains the model with one batch of examples and
-    # updates the model parameters.
-    train_op = cifar10.train(loss, global_step)
-
+    train_op, loss = build_train_op()
     cifar10.run_training(train_op, loss,
                          examples_per_step=FLAGS.batch_size,
                          config=cifar10.session_config())

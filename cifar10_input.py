@@ -184,6 +184,29 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
   return dataset.prefetch(prefetch_batches)
 
 
+def distorted_dataset(data_dir, batch_size, prefetch_batches):
+  """The training pipeline as a tf.data.Dataset (graph or eager).
+
+  Shuffles records in a buffer of 40% of an epoch and distorts them in
+  parallel.
+
+  Args:
+    data_dir: path to the CIFAR-10 data directory.
+    batch_size: number of images per batch.
+    prefetch_batches: batches made ahead of the consumer.
+
+  Returns:
+    A repeating dataset of (float32 [batch_size, 24, 24, 3] images,
+    int32 [batch_size] labels).
+  """
+  min_queue_examples = int(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN *
+                           MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
+  print('Filling queue with %d CIFAR images before starting to train. '
+        'This will take a few seconds.' % min_queue_examples)
+  return _dataset(data_files(data_dir, eval_data=False), distort_image,
+                  batch_size, min_queue_examples, prefetch_batches)
+
+
 def distorted_batches(data_dir, batch_size, num_batches):
   """Constructs distinct distorted batches from one shared input pipeline.
 
@@ -201,13 +224,8 @@ def distorted_batches(data_dir, batch_size, num_batches):
     A list of num_batches (images, labels) pairs: float32
     [batch_size, 24, 24, 3] images and int32 [batch_size] labels.
   """
-  min_queue_examples = int(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN *
-                           MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
-  print('Filling queue with %d CIFAR images before starting to train. '
-        'This will take a few seconds.' % min_queue_examples)
   with tf.device('/cpu:0'):
-    dataset = _dataset(data_files(data_dir, eval_data=False), distort_image,
-                       batch_size, min_queue_examples, 2 * num_batches)
+    dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches)
     iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
     batches = [iterator.get_next() for _ in range(num_batches)]
   # Display the training images in the visualizer.

@@ -1,0 +1,46 @@
+"""benchmark.py runs every row and prints the table (figures not judged)."""
+
+import re
+
+import tensorflow as tf
+from tensorflow.python.framework import ops
+
+import benchmark
+import cifar10
+from conftest import run_script
+
+
+def test_flops_per_example_matches_tensorflows_count_of_the_model():
+  """Forward flops as TensorFlow's registry counts them, times 3 (forward,
+  input and weight gradients), less conv1's input gradient."""
+  graph = tf.Graph()
+  with graph.as_default():
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+  forward = {}
+  for op in graph.get_operations():
+    # The LRN's band matmuls are how LRN is computed, not model flops.
+    if op.type in ('Conv2D', 'MatMul') and not op.name.startswith('norm'):
+      stats = ops.get_stats_for_node_def(graph, op.node_def, 'flops')
+      forward[op.name] = stats.value
+  assert len(forward) == 5
+  assert benchmark.train_flops_per_example() == (
+      3 * sum(forward.values()) - forward['conv1/Conv2D'])
+
+
+def test_benchmark_prints_every_row_with_ratios(real_data_dir):
+  result = run_script('benchmark.py', '--data_dir=' + real_data_dir,
+                      '--batch_size=16', '--steps=3', '--windows=2',
+                      '--warmup=1')
+  assert result.returncode == 0, result.stderr[-2000:]
+  out = result.stdout
+  assert re.search(r'^matmul peak \d+\.\d GFLOP/s', out, re.M)
+  for row in benchmark.ROWS:
+    match = re.search(r'^\| %s \| .* \| (\d+\.\d) \| (\d+\.\d)\.\.(\d+\.\d) '
+                      r'\| (.*) \|$' % row, out, re.M)
+    assert match, row
+    median, low, high = (float(match.group(i)) for i in (1, 2, 3))
+    assert 0 < low <= median <= high
+    if row in benchmark.TRAINING_ROWS:
+      assert re.match(r'\d+\.\d \(\d+%\)$', match.group(4)), match.group(4)
+  assert re.search(r'^train / keras_fit = \d+\.\d\dx$', out, re.M)
+  assert re.search(r'^train / keras_loop = \d+\.\d\dx$', out, re.M)

@@ -37,6 +37,7 @@ import signal
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 
 # Keep TensorFlow's C++ start-up chatter off the console; errors still show.
@@ -98,6 +99,9 @@ INITIAL_LEARNING_RATE = 0.1       # Initial learning rate.
 # to differentiate the operations. Note that this prefix is removed from the
 # names of the summaries when visualizing a model.
 TOWER_NAME = 'tower'
+
+# Seconds the training session waits for its threads at the end.
+STOP_GRACE_PERIOD_SECS = 5
 
 DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
 DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
@@ -663,8 +667,10 @@ class NanLossHook(_StepCounter):
 class LoggerHook(_StepCounter):
   """Prints the step, loss and speed every log_frequency steps."""
 
-  def __init__(self, loss, log_frequency, examples_per_step, num_towers=1):
+  def __init__(self, loss, log_frequency, examples_per_step, num_towers=1,
+               prefix=''):
     super(LoggerHook, self).__init__()
+    self._prefix = prefix
     self._loss = loss
     self._log_frequency = log_frequency
     self._examples_per_step = examples_per_step
@@ -691,9 +697,9 @@ class LoggerHook(_StepCounter):
       self._start_step = self.step + 1
       examples_per_sec = self._examples_per_step / duration
       sec_per_batch = duration / self._num_towers
-      format_str = ('%s: step %d, loss = %.2f (%.1f examples/sec; %.3f '
+      format_str = ('%s%s: step %d, loss = %.2f (%.1f examples/sec; %.3f '
                     'sec/batch)')
-      print(format_str % (datetime.datetime.now(), self.step,
+      print(format_str % (self._prefix, datetime.datetime.now(), self.step,
                           run_values.results, examples_per_sec,
                           sec_per_batch))
       sys.stdout.flush()
@@ -720,6 +726,8 @@ class StopOnSignalHook(tf1.train.SessionRunHook):
     self.received = signum
 
   def begin(self):
+    if threading.current_thread() is not threading.main_thread():
+      return  # Python takes signals in the main thread only.
     for signum in self.SIGNALS:
       self._previous[signum] = signal.signal(signum, self._handle)
 
@@ -760,7 +768,8 @@ def _rewind_to_finite_checkpoint(train_dir):
 
 
 def run_training(train_op, loss, examples_per_step, num_towers=1,
-                 config=None, scaffold=None):
+                 config=None, scaffold=None, master='', is_chief=True,
+                 hooks=(), log_prefix=''):
   """Runs train_op in a MonitoredTrainingSession over --train_dir.
 
   Resumes from the latest checkpoint there, stops at --max_steps, logs
@@ -775,46 +784,62 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
     config: a tf.compat.v1.ConfigProto, or None.
     scaffold: a tf.compat.v1.train.Scaffold (for a summary op other than
       all summaries), or None.
+    master: the TensorFlow server to run on; '' runs in this process.
+    is_chief: whether this task initializes or restores the model and
+      writes checkpoints and summaries (distributed training).
+    hooks: more SessionRunHooks.
+    log_prefix: text to start each step line with.
+
+  Returns:
+    The number of steps this process ran.
 
   Raises:
     UsageError: the loss became NaN.
   """
   train_dir = FLAGS.train_dir
   latest = tf1.train.latest_checkpoint(train_dir)
-  if latest:
+  if latest and is_chief:
     print('Resuming from %s.' % latest)
   signal_hook = StopOnSignalHook()
-  hooks = [
+  all_hooks = list(hooks) + [
       NanLossHook(loss),
       tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
       signal_hook,
-      LoggerHook(loss, FLAGS.log_frequency, examples_per_step, num_towers),
-      # After the NaN check, so a diverged step is never saved.
-      tf1.train.CheckpointSaverHook(
-          train_dir, save_steps=FLAGS.save_checkpoint_steps,
-          scaffold=scaffold),
+      LoggerHook(loss, FLAGS.log_frequency, examples_per_step, num_towers,
+                 log_prefix),
   ]
+  # After the NaN check, so a diverged step is never saved.
+  chief_only_hooks = [tf1.train.CheckpointSaverHook(
+      train_dir, save_steps=FLAGS.save_checkpoint_steps, scaffold=scaffold)]
+  steps_run = 0
   try:
     with tf1.train.MonitoredTrainingSession(
+        master=master,
+        is_chief=is_chief,
         checkpoint_dir=train_dir,
         scaffold=scaffold,
-        hooks=hooks,
+        hooks=all_hooks,
+        chief_only_hooks=chief_only_hooks,
         save_checkpoint_secs=None,
         save_checkpoint_steps=None,
         save_summaries_steps=FLAGS.save_summaries_steps,
-        config=config) as mon_sess:
+        config=config,
+        stop_grace_period_secs=STOP_GRACE_PERIOD_SECS) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
+        steps_run += 1
   except NanLossError as e:
     raise UsageError(
         'Model diverged with loss = %s at step %d. The last good checkpoint, '
         '%s, is kept. Lower --initial_learning_rate (now %g) and run again '
         'to resume from it.' % (e.value, e.step,
-                                _rewind_to_finite_checkpoint(train_dir),
+                                _rewind_to_finite_checkpoint(train_dir)
+                                if is_chief else 'of the chief',
                                 FLAGS.initial_learning_rate))
   if signal_hook.received is not None:
     print('Stopped by signal %d; checkpoint saved in %s.'
           % (signal_hook.received, tf1.train.latest_checkpoint(train_dir)))
+  return steps_run
 
 
 def session_config():

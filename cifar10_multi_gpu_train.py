@@ -205,7 +205,8 @@ def all_reduce_mean(tower_grads, devices):
 
 
 TrainGraph = collections.namedtuple(
-    'TrainGraph', ['train_op', 'loss', 'summary_op', 'local_init_op'])
+    'TrainGraph',
+    ['train_op', 'loss', 'summary_op', 'local_init_op', 'optimizer'])
 
 
 def build_train_op(batches, devices, variable_update='parameter_server',
@@ -222,16 +223,18 @@ def build_train_op(batches, devices, variable_update='parameter_server',
     variable_update: 'parameter_server' or 'replicated' (distinct devices).
     num_workers: machines running these towers each step, for the
       learning-rate schedule (the distributed trainer).
-    sync_optimizer: None, or a function (optimizer, moving_averages) that
-      wraps the optimizer to aggregate the workers' updates and applies
-      the moving averages itself (the distributed trainer).
+    sync_optimizer: None, or a function (optimizer, moving_averages),
+      called once the variables exist, that wraps the optimizer to
+      aggregate the workers' updates and applies the moving averages
+      itself (the distributed trainer).
 
   Returns:
     A TrainGraph: train_op, the op for one synchronous step of all towers;
     loss, the total loss of the last tower; summary_op, the last tower's
     summaries plus the shared ones; local_init_op, the op that initializes
     the local variables after the model's are initialized or restored
-    (it copies tower 0's variables to the replicas).
+    (it copies tower 0's variables to the replicas); optimizer, the
+    optimizer that applies the update.
   """
   global_step = tf1.train.get_or_create_global_step()
   replicated = variable_update == 'replicated'
@@ -243,8 +246,6 @@ def build_train_op(batches, devices, variable_update='parameter_server',
 
   # Create an optimizer that performs gradient descent.
   opt = cifar10.optimizer(lr)
-  if sync_optimizer:
-    opt = sync_optimizer(opt, cifar10.variable_averages(global_step))
 
   # Calculate the gradients for each model tower.
   tower_grads = []
@@ -277,26 +278,32 @@ def build_train_op(batches, devices, variable_update='parameter_server',
           # Keep track of the gradients across all towers.
           tower_grads.append(grads)
 
-  local_init_op = tf1.train.Scaffold.default_local_init_op()
   if replicated:
     # Each tower gets the mean gradient and applies it to its own copy, all
     # in one update (one loss-scale check, one global step).
     grads = sum(all_reduce_mean(tower_grads, devices), [])
-    # The replicas start from tower 0's values, initialized or restored.
-    with tf.control_dependencies([local_init_op]):
-      local_init_op = tf.group(*[
-          replica.assign(var)
-          for replica_grads in tower_grads[1:]
-          for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
   else:
     # We must calculate the mean of each gradient. Note that this is the
     # synchronization point across all towers.
     grads = average_gradients(tower_grads)
 
+  if sync_optimizer:
+    # Wrapped now that the variables to average exist.
+    opt = sync_optimizer(opt, cifar10.variable_averages(global_step))
+
   # Apply the gradients to adjust the shared variables, then track their
   # moving averages.
   train_op = cifar10.apply_gradients(opt, grads, global_step,
                                      average=sync_optimizer is None)
+
+  # Initializes the local variables, all of them created by now; the
+  # replicas start from tower 0's values, initialized or restored.
+  local_init_op = tf1.train.Scaffold.default_local_init_op()
+  with tf.control_dependencies([local_init_op]):
+    local_init_op = tf.group(*[
+        replica.assign(var)
+        for replica_grads in (tower_grads[1:] if replicated else [])
+        for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
 
   # Summaries of the last tower (scope) and of the shared parts, leaving out
   # the other towers' copies of the same tags.
@@ -304,7 +311,7 @@ def build_train_op(batches, devices, variable_update='parameter_server',
                if s.op.name.startswith(scope) or
                not s.op.name.startswith(cifar10.TOWER_NAME + '_')]
   return TrainGraph(train_op, loss, tf1.summary.merge(summaries),
-                    local_init_op)
+                    local_init_op, opt)
 
 
 def train():

@@ -962,7 +962,7 @@ def _parse_flags(argv):
   try:
     return FLAGS(argv)
   except flags.Error as e:
-    sys.stderr.write('Error: %s. See --help.\n' % e)
+    sys.stderr.write('Error: %s. See --help.\n' % str(e).rstrip('.'))
     sys.exit(2)
 
 

@@ -25,6 +25,7 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import signal
 import threading
 import time
 
@@ -64,23 +65,10 @@ def _done_queue(ps_task, num_workers):
                          shared_name='done_queue_%d' % ps_task)
 
 
-def _wait(sess, fetch):
-  """Runs fetch until it completes, waking up for Ctrl-C.
-
-  Args:
-    sess: a session on a server.
-    fetch: an op that blocks (a dequeue).
-  """
-  options = tf1.RunOptions(timeout_in_ms=int(POLL_SECS * 1000))
-  while True:
-    try:
-      return sess.run(fetch, options=options)
-    except tf.errors.DeadlineExceededError:
-      pass
-
-
 def serve_ps(server, num_workers):
   """Serves the variables until every worker has said it is done.
+
+  SIGINT (Ctrl-C) or SIGTERM stops it sooner.
 
   Args:
     server: this ps task's tf.distribute.Server.
@@ -88,15 +76,28 @@ def serve_ps(server, num_workers):
   """
   print('ps task %d serving; it exits when all %d workers are done '
         '(Ctrl-C stops it sooner).' % (FLAGS.task_index, num_workers))
+  received = []
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, lambda signum, frame: received.append(signum))
   with tf.Graph().as_default():
     dequeue = _done_queue(FLAGS.task_index, num_workers).dequeue()
     config = tf1.ConfigProto(
         device_filters=['/job:ps/task:%d' % FLAGS.task_index])
+    # Waits in short slices, so that a signal is seen within one.
+    options = tf1.RunOptions(timeout_in_ms=int(POLL_SECS * 1000))
     with tf1.Session(server.target, config=config) as sess:
-      for done in range(num_workers):
-        _wait(sess, dequeue)
+      done = 0
+      while done < num_workers and not received:
+        try:
+          sess.run(dequeue, options=options)
+        except tf.errors.DeadlineExceededError:
+          continue
+        done += 1
         print('ps task %d: %d of %d workers done.'
-              % (FLAGS.task_index, done + 1, num_workers))
+              % (FLAGS.task_index, done, num_workers))
+  if received:
+    print('ps task %d: stopped by signal %d.'
+          % (FLAGS.task_index, received[0]))
 
 
 def _signal_done(server, num_ps, num_workers):

@@ -150,7 +150,8 @@ def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
     # The ps waits for the killed worker's token: Ctrl-C stops it.
     assert ps.poll() is None
     ps.send_signal(signal.SIGINT)
-    assert ps.wait(timeout=30) == 130
+    assert ps.wait(timeout=30) == 0
+    assert "ps task 0: stopped by signal 2." in ps.stdout.read()
   finally:
     for p in (ps, chief, worker):
       if p.poll() is None:
@@ -215,3 +216,21 @@ def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
   for name, value in expected.items():
     np.testing.assert_allclose(reader.get_tensor(name), value, rtol=1e-5,
                                atol=1e-6, err_msg=name)
+
+
+def test_variables_on_ps_tasks_towers_on_the_worker():
+  cluster = tf1.train.ClusterSpec({
+      'ps': ['127.0.0.1:1', '127.0.0.1:2'],
+      'worker': ['127.0.0.1:3', '127.0.0.1:4']})
+  with flagsaver.flagsaver(batch_size=8, num_gpus=2), tf.Graph().as_default():
+    batch = (tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))
+    dist.build_worker_graph(cluster, 1, ['/cpu:0', '/cpu:1'], [batch, batch])
+    graph = tf1.get_default_graph()
+    model = tf1.global_variables()
+    # Round-robin over both ps tasks.
+    assert {v.device[:len('/job:ps/task:0')] for v in model} == {
+        '/job:ps/task:0', '/job:ps/task:1'}
+    convs = {op.device for op in graph.get_operations()
+             if op.type == 'Conv2D'}
+    assert convs == {'/job:worker/task:1/device:CPU:0',
+                     '/job:worker/task:1/device:CPU:1'}

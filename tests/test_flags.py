@@ -15,10 +15,16 @@ FLAGS = cifar10.FLAGS
 DOCUMENTED = {
     'cifar10_train.py': ['batch_size', 'data_dir', 'use_fp16', 'train_dir',
                          'max_steps', 'log_device_placement',
-                         'log_frequency', 'data_url'],
+                         'log_frequency', 'data_url', 'loss_scale',
+                         'data_format', 'xla'],
     'cifar10_multi_gpu_train.py': ['batch_size', 'data_dir', 'use_fp16',
                                    'train_dir', 'max_steps', 'num_gpus',
-                                   'log_device_placement', 'virtual_cpus'],
+                                   'log_device_placement', 'virtual_cpus',
+                                   'variable_update', 'xla'],
+    'cifar10_distributed_train.py': ['job_name', 'task_index', 'ps_hosts',
+                                     'worker_hosts', 'sync_replicas',
+                                     'num_gpus', 'batch_size', 'train_dir',
+                                     'max_steps', 'stall_report_secs'],
     'cifar10_eval.py': ['batch_size', 'data_dir', 'use_fp16', 'eval_dir',
                         'eval_data', 'checkpoint_dir', 'eval_interval_secs',
                         'num_examples', 'run_once'],
@@ -70,6 +76,17 @@ def test_script_flags_parse_with_model_flags():
     ('cifar10_train.py', '--bogus=1', "Unknown command line flag 'bogus'"),
     ('cifar10_multi_gpu_train.py', '--num_gpus=0',
      'flag --num_gpus=0: 0 is not a positive integer'),
+    ('cifar10_train.py', '--loss_scale=abc',
+     "flag --loss_scale=abc: --loss_scale must be 'dynamic' or a positive "
+     'number'),
+    ('cifar10_train.py', '--data_format=NHCW',
+     'flag --data_format=NHCW: value should be one of <auto|NHWC|NCHW>'),
+    ('cifar10_multi_gpu_train.py', '--variable_update=mirrored',
+     'flag --variable_update=mirrored: value should be one of '
+     '<parameter_server|replicated>'),
+    ('cifar10_distributed_train.py', '--task_index=0',
+     'flag --job_name=None: Flag --job_name must have a value other than '
+     'None'),
     ('cifar10_eval.py', '--eval_data=validation',
      'flag --eval_data=validation: value should be one of '
      '<test|train_eval>'),
@@ -84,6 +101,25 @@ def test_bad_flag_is_one_line(script, arg, message):
   assert result.returncode == 2
   assert error_lines(result.stderr) == ['Error: %s. See --help.' % message]
   assert 'Traceback' not in result.stderr
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--job_name=worker'],
+     'Give the cluster: --ps_hosts=host:port,... and '
+     '--worker_hosts=host:port,...'),
+    (['--job_name=worker', '--task_index=2', '--ps_hosts=127.0.0.1:1',
+      '--worker_hosts=127.0.0.1:2,127.0.0.1:3'],
+     '--task_index=2, but --worker_hosts lists 2 task(s).'),
+    (['--job_name=ps', '--ps_hosts=127.0.0.1:1', '--worker_hosts=127.0.0.1:2',
+      '--variable_update=replicated'],
+     'Distributed training keeps the variables on the ps tasks: use '
+     '--variable_update=parameter_server.'),
+])
+def test_impossible_cluster_is_one_line(fake_data_dir, args, message):
+  result = run_script('cifar10_distributed_train.py',
+                      '--data_dir=' + fake_data_dir, *args)
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == ['Error: ' + message]
 
 
 def test_stray_argument_is_one_line():

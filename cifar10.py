@@ -864,10 +864,12 @@ def _download(url, filepath):
     UsageError: the download failed or was cut short.
   """
   filename = os.path.basename(filepath)
-  partial = filepath + '.part'
+  # A file of its own, so that tasks downloading at once do not mix.
+  fd, partial = tempfile.mkstemp(prefix=filename + '.', suffix='.part',
+                                 dir=os.path.dirname(filepath))
   try:
-    with urllib.request.urlopen(url, timeout=60) as response, \
-        open(partial, 'wb') as out:
+    with os.fdopen(fd, 'wb') as out, \
+        urllib.request.urlopen(url, timeout=60) as response:
       total = int(response.headers.get('Content-Length') or 0)
       received = 0
       while True:
@@ -893,6 +895,7 @@ def _download(url, filepath):
         'Failed to download %s: %s. Check --data_url (a file:// URL works for '
         'a local copy of cifar-10-binary.tar.gz) or extract the archive into '
         '--data_dir.' % (url, getattr(e, 'reason', e)))
+  os.chmod(partial, 0o644)
   os.rename(partial, filepath)
   print('Successfully downloaded', filename, os.path.getsize(filepath),
         'bytes.')

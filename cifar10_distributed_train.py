@@ -50,7 +50,6 @@ flags.DEFINE_boolean('sync_replicas', True,
 flags.DEFINE_integer('stall_report_secs', 60,
                      'Report when a step waits longer than this (a worker '
                      'missing in synchronous mode).', lower_bound=1)
-flags.mark_flag_as_required('job_name')
 flags.adopt_module_key_flags(multi)
 flags.adopt_module_key_flags(cifar10)
 
@@ -290,6 +289,9 @@ def start_server(cluster, job_name, task_index, config):
 
 
 def main(argv=None):  # pylint: disable=unused-argument
+  if FLAGS.job_name is None:
+    raise cifar10.UsageError('Give this task\'s job: --job_name=ps or '
+                             '--job_name=worker.')
   if not FLAGS.ps_hosts or not FLAGS.worker_hosts:
     raise cifar10.UsageError(
         'Give the cluster: --ps_hosts=host:port,... and '

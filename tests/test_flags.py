@@ -84,9 +84,6 @@ def test_script_flags_parse_with_model_flags():
     ('cifar10_multi_gpu_train.py', '--variable_update=mirrored',
      'flag --variable_update=mirrored: value should be one of '
      '<parameter_server|replicated>'),
-    ('cifar10_distributed_train.py', '--task_index=0',
-     'flag --job_name=None: Flag --job_name must have a value other than '
-     'None'),
     ('cifar10_eval.py', '--eval_data=validation',
      'flag --eval_data=validation: value should be one of '
      '<test|train_eval>'),
@@ -104,6 +101,8 @@ def test_bad_flag_is_one_line(script, arg, message):
 
 
 @pytest.mark.parametrize('args,message', [
+    (['--task_index=0'],
+     "Give this task's job: --job_name=ps or --job_name=worker."),
     (['--job_name=worker'],
      'Give the cluster: --ps_hosts=host:port,... and '
      '--worker_hosts=host:port,...'),

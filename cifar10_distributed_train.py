@@ -82,18 +82,18 @@ def serve_ps(server, num_workers):
     dequeue = _done_queue(FLAGS.task_index, num_workers).dequeue()
     config = tf1.ConfigProto(
         device_filters=['/job:ps/task:%d' % FLAGS.task_index])
-    # Waits in short slices, so that a signal is seen within one.
-    options = tf1.RunOptions(timeout_in_ms=int(POLL_SECS * 1000))
-    with tf1.Session(server.target, config=config) as sess:
-      done = 0
-      while done < num_workers and not received:
-        try:
-          sess.run(dequeue, options=options)
-        except tf.errors.DeadlineExceededError:
-          continue
-        done += 1
+    sess = tf1.Session(server.target, config=config)
+
+    def count_done():
+      for done in range(num_workers):
+        sess.run(dequeue)
         print('ps task %d: %d of %d workers done.'
-              % (FLAGS.task_index, done, num_workers))
+              % (FLAGS.task_index, done + 1, num_workers))
+    # The main thread stays in Python, where signals are handled.
+    counter = threading.Thread(target=count_done, daemon=True)
+    counter.start()
+    while counter.is_alive() and not received:
+      counter.join(POLL_SECS)
   if received:
     print('ps task %d: stopped by signal %d.'
           % (FLAGS.task_index, received[0]))

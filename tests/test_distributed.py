@@ -81,16 +81,18 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
     # says so.
     early = _wait_for_line(chief, r'a step has waited 3 s', timeout=120)
     worker = _start('--job_name=worker', '--task_index=1', *common)
-    start = time.time()
-    results = [_finish(p, timeout=300) for p in (chief, worker, ps)]
-    shutdown = time.time() - start
+    results = [_finish(chief, timeout=300)]
+    chief_exit = time.time()
+    results += [_finish(p, timeout=300) for p in (worker, ps)]
+    others_after_chief = time.time() - chief_exit
   finally:
     for p in (ps, chief):
       if p.poll() is None:
         p.kill()
   for rc, out, err in results:
     assert rc == 0, out[-2000:] + err[-3000:]
-  assert shutdown < 120  # Not the 120 s stop grace period.
+  # Everyone is gone within seconds of the chief (no 60 or 120 s hang).
+  assert others_after_chief < 15
   chief_out = ''.join(early) + results[0][1]
   steps = {int(m.group(1)): int(m.group(2))
            for m in DONE_LINE.finditer(chief_out + results[1][1])}

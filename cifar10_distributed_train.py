@@ -12,9 +12,9 @@ Usage, 1 ps + 2 workers on one machine (one command per terminal):
   H='--ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223,127.0.0.1:2224'
   python cifar10_distributed_train.py $H --job_name=ps --task_index=0
   python cifar10_distributed_train.py $H --job_name=worker --task_index=0 \\
-      --train_dir=/tmp/cifar10_train
+      --train_dir=/tmp/cifar10_dist --max_steps=300
   python cifar10_distributed_train.py $H --job_name=worker --task_index=1 \\
-      --train_dir=/tmp/cifar10_train
+      --train_dir=/tmp/cifar10_dist --max_steps=300
 
 A synchronous step consumes batch_size x num_gpus x workers examples; the
 learning-rate schedule counts them. Every process exits when training

@@ -120,11 +120,7 @@ def _single_tower():
 
 
 def _multi(num_towers):
-  replicated = FLAGS.variable_update == 'replicated'
-  devices, config = multi.tower_devices(num_towers, replicated)
-  with tf.device('/cpu:0'):
-    batches = cifar10.distorted_batches(num_towers)
-    graph = multi.build_train_op(batches, devices, FLAGS.variable_update)
+  graph, config = multi.build_graph(num_towers)
   return (graph.train_op, FLAGS.batch_size * num_towers, config,
           graph.local_init_op)
 

@@ -314,16 +314,31 @@ def build_train_op(batches, devices, variable_update='parameter_server',
                     local_init_op, opt)
 
 
-def train():
-  """Train CIFAR-10 for a number of steps."""
+def build_graph(num_towers):
+  """Builds the trainer's graph, input pipeline included, per the flags.
+
+  Args:
+    num_towers: number of towers.
+
+  Returns:
+    graph: the TrainGraph.
+    config: the tf.compat.v1.ConfigProto for the session.
+  """
   replicated = FLAGS.variable_update == 'replicated'
   # Replicas need a device each: without GPUs, one virtual CPU per tower.
-  devices, config = tower_devices(FLAGS.num_gpus,
+  devices, config = tower_devices(num_towers,
                                   FLAGS.virtual_cpus or replicated)
-  with tf.Graph().as_default(), tf.device('/cpu:0'):
+  with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
-    batches = cifar10.distorted_batches(FLAGS.num_gpus)
+    batches = cifar10.distorted_batches(num_towers)
     graph = build_train_op(batches, devices, FLAGS.variable_update)
+  return graph, config
+
+
+def train():
+  """Train CIFAR-10 for a number of steps."""
+  with tf.Graph().as_default():
+    graph, config = build_graph(FLAGS.num_gpus)
     cifar10.run_training(
         graph.train_op, graph.loss,
         examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,

@@ -323,14 +323,48 @@ LRN_ALPHA = 0.001 / 9.0
 LRN_BETA = 0.75
 
 
+def _lrn_band(channels, scale):
+  """Returns scale times the [channels, channels] 0/1 band of LRN windows."""
+  distance = np.abs(np.arange(channels)[:, None] - np.arange(channels))
+  return (scale * (distance <= LRN_DEPTH_RADIUS)).astype(np.float32)
+
+
+@tf.custom_gradient
+def _lrn_rows(x):
+  """LRN over the last axis of a [rows, channels] float32 matrix.
+
+  Args:
+    x: a [rows, channels] float32 tensor.
+
+  Returns:
+    The normalized rows, and the function that maps their gradient to x's.
+  """
+  channels = int(x.shape[-1])
+  # d = bias + alpha * (sum of the squares in each window); y = x * d**-beta.
+  d = LRN_BIAS + tf.matmul(tf.square(x), _lrn_band(channels, LRN_ALPHA))
+  assert LRN_BETA == 0.75  # d ** -0.75 as rsqrt(d) * sqrt(rsqrt(d)) below.
+  r = tf.math.rsqrt(d)
+  scale = r * tf.sqrt(r)
+  y = x * scale
+
+  def grad(dy):
+    # dx_i = dy_i * d_i**-beta
+    #        - 2 * alpha * beta * x_i * sum_{j in window i} dy_j * y_j / d_j.
+    window = tf.matmul(dy * y / d,
+                       _lrn_band(channels, 2 * LRN_ALPHA * LRN_BETA))
+    return dy * scale - x * window
+
+  return y, grad
+
+
 def _lrn(x, name, fmt):
   """The tutorial's local response normalization, in float32, over channels.
 
   The same function as tf.nn.lrn(x, 4, bias=1.0, alpha=0.001 / 9.0,
   beta=0.75): each value divided by (bias + alpha * the sum of the squares
-  of the 9 nearest channels) ** 0.75. The window sum is a matmul with a
-  band matrix and the power two square roots, which TensorFlow
-  differentiates three times faster than its LRNGrad kernel on CPUs.
+  of the 9 nearest channels) ** 0.75. The window sums are matmuls with a
+  band matrix, and the gradient is written out in 6 ops; on CPUs this
+  trains several times faster than tf.nn.lrn's LRNGrad kernel.
 
   Args:
     x: activations, in layout fmt.
@@ -344,15 +378,8 @@ def _lrn(x, name, fmt):
     y = tf.cast(x, tf.float32)
     if fmt == 'NCHW':
       y = tf.transpose(y, [0, 2, 3, 1])
-    channels = int(y.shape[-1])
-    distance = np.abs(np.arange(channels)[:, None] - np.arange(channels))
-    band = LRN_ALPHA * (distance <= LRN_DEPTH_RADIUS).astype(np.float32)
-    window_sums = tf.reshape(
-        tf.matmul(tf.reshape(tf.square(y), [-1, channels]), band),
-        tf.shape(y))
-    assert LRN_BETA == 0.75  # z ** -0.75 as rsqrt(sqrt(z)) ** 3 below.
-    quarter = tf.math.rsqrt(tf.sqrt(LRN_BIAS + window_sums))
-    y = y * quarter * quarter * quarter
+    shape = tf.shape(y)
+    y = tf.reshape(_lrn_rows(tf.reshape(y, [-1, int(y.shape[-1])])), shape)
     if fmt == 'NCHW':
       y = tf.transpose(y, [0, 3, 1, 2])
     return tf.identity(tf.cast(y, x.dtype), name=scope)

@@ -129,10 +129,12 @@ def test_fp16_is_mixed_precision_float32_variables_float16_compute():
       assert sess.run(scales[0]) == 2.0 ** 15
 
 
+# Scale 30 makes the window sums as large as the bias: d is about 2.
+@pytest.mark.parametrize('scale', [4.0, 30.0])
 @pytest.mark.parametrize('fmt', ['NHWC', 'NCHW'])
-def test_lrn_is_tf_nn_lrn_with_the_tutorial_parameters(fmt):
+def test_lrn_is_tf_nn_lrn_with_the_tutorial_parameters(fmt, scale):
   rng = np.random.RandomState(1)
-  x = rng.normal(scale=4.0, size=(4, 6, 6, 64)).astype(np.float32)
+  x = rng.normal(scale=scale, size=(4, 6, 6, 64)).astype(np.float32)
   weights = rng.normal(size=x.shape).astype(np.float32)
   with tf.Graph().as_default():
     nhwc = tf.constant(x)

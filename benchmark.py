@@ -16,19 +16,24 @@ Rows:
 
 Training rows also show GFLOP/s (convolution and matmul flops of a
 training step) against the peak of a 4096x4096 float32 matmul measured
-first in the same run, and the table shows ours / Keras.
+first in the same run, and the table shows ours / Keras. With
+--profile_steps, the train row's op time per step follows, by layer and
+op, from the step stats of traced steps.
 The model flags (--use_fp16, --data_format, --xla) and
 --variable_update apply to our rows.
 
 Usage:
   python benchmark.py --data_dir=/tmp/cifar10_data
   python benchmark.py --rows=train,keras_fit --steps=50 --windows=3
+  python benchmark.py --rows=train --profile_steps=10
 """
 
 from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import collections
+import contextlib
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
@@ -50,6 +55,9 @@ flags.DEFINE_integer('steps', 50, 'Steps per timed window.', lower_bound=1)
 flags.DEFINE_integer('windows', 5, 'Timed windows per row.', lower_bound=1)
 flags.DEFINE_integer('warmup', 20, 'Untimed steps before the windows.',
                      lower_bound=0)
+flags.DEFINE_integer('profile_steps', 0,
+                     'Steps of the train row to trace for the op profile; '
+                     '0 for none.', lower_bound=0)
 flags.adopt_module_key_flags(cifar10)
 
 MATMUL_SIZE = 4096
@@ -104,14 +112,50 @@ def _windows(step, examples_per_step):
   return rates
 
 
-def _time_graph(builder):
-  """Builds a graph row and times its fetch in a plain session."""
+@contextlib.contextmanager
+def _graph_session(builder):
+  """Builds a graph row and yields (session, fetch, examples per step)."""
   with tf.Graph().as_default():
     fetch, examples_per_step, config, local_init = builder()
     with tf1.Session(config=config) as sess:
       sess.run(tf1.global_variables_initializer())
       sess.run(local_init or tf1.local_variables_initializer())
-      return _windows(lambda: sess.run(fetch), examples_per_step)
+      yield sess, fetch, examples_per_step
+
+
+def _time_graph(builder):
+  """Times a graph row's fetch in a plain session."""
+  with _graph_session(builder) as (sess, fetch, examples_per_step):
+    return _windows(lambda: sess.run(fetch), examples_per_step)
+
+
+def profile_train(steps):
+  """Traces steps of the train row after --warmup untimed ones.
+
+  Args:
+    steps: how many steps to trace.
+
+  Returns:
+    A list of ((layer, op type), milliseconds of op time per step), the
+    largest first. The layer is the first scope of the op's name, its
+    gradient's included; op time adds up the ops that run at once.
+  """
+  totals = collections.Counter()
+  options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
+  with _graph_session(_single_tower) as (sess, train_op, _):
+    for _ in range(FLAGS.warmup):
+      sess.run(train_op)
+    for _ in range(steps):
+      metadata = tf1.RunMetadata()
+      sess.run(train_op, options=options, run_metadata=metadata)
+      for device in metadata.step_stats.dev_stats:
+        for node in device.node_stats:
+          # timeline_label reads 'name = OpType(inputs)'.
+          op_type = node.timeline_label.partition(' = ')[2].partition('(')[0]
+          layer = node.node_name.replace('gradients/', '', 1).split('/')[0]
+          totals[layer, op_type or '?'] += (node.op_end_rel_micros -
+                                            node.op_start_rel_micros)
+  return [(key, micros / steps / 1e3) for key, micros in totals.most_common()]
 
 
 def _single_tower():
@@ -234,6 +278,18 @@ BUILDERS = {
 TRAINING_ROWS = ('train', 'multi1', 'multi2', 'keras_fit', 'keras_loop')
 
 
+def _print_profile(profile):
+  """Prints profile_train's result: the ops that take 1% or more."""
+  total = sum(ms for _, ms in profile)
+  print()
+  print('train row op time: %.1f ms per step over %d traced steps'
+        % (total, FLAGS.profile_steps))
+  for (layer, op_type), ms in profile:
+    if ms >= total / 100:
+      print('%8.2f ms %5.1f%%  %-24s %s' % (ms, 100 * ms / total, layer,
+                                            op_type))
+
+
 def main(argv=None):  # pylint: disable=unused-argument
   unknown = set(FLAGS.rows) - set(ROWS)
   if unknown:
@@ -268,6 +324,8 @@ def main(argv=None):  # pylint: disable=unused-argument
   for keras in ('keras_fit', 'keras_loop'):
     if keras in medians and 'train' in medians:
       print('train / %s = %.2fx' % (keras, medians['train'] / medians[keras]))
+  if FLAGS.profile_steps:
+    _print_profile(profile_train(FLAGS.profile_steps))
 
 
 if __name__ == '__main__':

@@ -30,7 +30,7 @@ def test_flops_per_example_matches_tensorflows_count_of_the_model():
 def test_benchmark_prints_every_row_with_ratios(real_data_dir):
   result = run_script('benchmark.py', '--data_dir=' + real_data_dir,
                       '--batch_size=16', '--steps=3', '--windows=2',
-                      '--warmup=1')
+                      '--warmup=1', '--profile_steps=2')
   assert result.returncode == 0, result.stderr[-2000:]
   out = result.stdout
   assert re.search(r'^matmul peak \d+\.\d GFLOP/s', out, re.M)
@@ -44,3 +44,10 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
       assert re.match(r'\d+\.\d \(\d+%\)$', match.group(4)), match.group(4)
   assert re.search(r'^train / keras_fit = \d+\.\d\dx$', out, re.M)
   assert re.search(r'^train / keras_loop = \d+\.\d\dx$', out, re.M)
+  profile = out[out.index('train row op time'):].splitlines()[1:]
+  shares = [float(line.split()[2].rstrip('%')) for line in profile]
+  assert 50 < sum(shares) <= 100.1
+  layers = {tuple(line.split()[3:5]) for line in profile}
+  # conv2's forward and both of its gradients are among the largest.
+  assert sum(1 for layer, op in layers
+             if layer == 'conv2' and 'Conv2D' in op) == 3, layers

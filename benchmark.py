@@ -153,6 +153,7 @@ def profile_train(steps):
           # timeline_label reads 'name = OpType(inputs)'.
           op_type = node.timeline_label.partition(' = ')[2].partition('(')[0]
           layer = node.node_name.replace('gradients/', '', 1).split('/')[0]
+          layer = layer[:-len('_grad')] if layer.endswith('_grad') else layer
           totals[layer, op_type or '?'] += (node.op_end_rel_micros -
                                             node.op_start_rel_micros)
   return [(key, micros / steps / 1e3) for key, micros in totals.most_common()]

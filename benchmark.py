@@ -1,8 +1,10 @@
 """Measures training speed against Keras, the input pipeline and eval.
 
-One run, one data set, one batch size. Every row runs --warmup untimed
-steps, then --windows windows of --steps steps each, and reports the
-median examples/sec over the windows with their spread (min..max).
+One run, one data set, one batch size. Every row is set up first and
+runs --warmup untimed steps; then the rows take turns, one window of
+--steps steps each, --windows times over, so that a machine whose speed
+drifts slows every row alike. Each row reports the median examples/sec
+over its windows with their spread (min..max).
 
 Rows:
   train       cifar10_train.py's train_op in a plain session
@@ -33,7 +35,6 @@ from __future__ import division
 from __future__ import print_function
 
 import collections
-import contextlib
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
@@ -99,34 +100,41 @@ def matmul_peak():
   return 2.0 * n ** 3 / np.median(times) / 1e9
 
 
-def _windows(step, examples_per_step):
-  """Runs step() --warmup times, then in windows; returns examples/sec."""
-  for _ in range(FLAGS.warmup):
-    step()
-  rates = []
-  for _ in range(FLAGS.windows):
+def _stepper(step):
+  """Returns a timer that runs step() n times and returns the seconds."""
+  def timer(n):
     start = time.time()
-    for _ in range(FLAGS.steps):
+    for _ in range(n):
       step()
-    rates.append(FLAGS.steps * examples_per_step / (time.time() - start))
-  return rates
+    return time.time() - start
+  return timer
 
 
-@contextlib.contextmanager
-def _graph_session(builder):
-  """Builds a graph row and yields (session, fetch, examples per step)."""
-  with tf.Graph().as_default():
+def _graph_row(builder):
+  """Builds a graph row in a graph and session of its own.
+
+  Args:
+    builder: returns (fetch, examples per step, session config or None,
+      local init op or None) when called in the row's graph.
+
+  Returns:
+    (session, fetch, examples per step), the variables initialized.
+  """
+  graph = tf.Graph()
+  with graph.as_default():
     fetch, examples_per_step, config, local_init = builder()
-    with tf1.Session(config=config) as sess:
-      sess.run(tf1.global_variables_initializer())
-      sess.run(local_init or tf1.local_variables_initializer())
-      yield sess, fetch, examples_per_step
+    inits = [tf1.global_variables_initializer(),
+             local_init or tf1.local_variables_initializer()]
+  sess = tf1.Session(graph=graph, config=config)
+  for init in inits:
+    sess.run(init)
+  return sess, fetch, examples_per_step
 
 
-def _time_graph(builder):
-  """Times a graph row's fetch in a plain session."""
-  with _graph_session(builder) as (sess, fetch, examples_per_step):
-    return _windows(lambda: sess.run(fetch), examples_per_step)
+def _timed_graph(builder):
+  """Sets up a graph row; returns (timer, examples per step)."""
+  sess, fetch, examples_per_step = _graph_row(builder)
+  return _stepper(lambda: sess.run(fetch)), examples_per_step
 
 
 def profile_train(steps):
@@ -142,7 +150,8 @@ def profile_train(steps):
   """
   totals = collections.Counter()
   options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
-  with _graph_session(_single_tower) as (sess, train_op, _):
+  sess, train_op, _ = _graph_row(_single_tower)
+  with sess:
     for _ in range(FLAGS.warmup):
       sess.run(train_op)
     for _ in range(steps):
@@ -222,11 +231,18 @@ def _keras_dataset():
 
 
 def _keras_fit():
-  """model.fit, timed by a callback at the end of every batch."""
+  """model.fit, a call per window, timed by a callback at each batch end.
+
+  Returns:
+    (timer, examples per step): the timer runs n + 1 steps in one fit call
+    and returns the seconds from the end of its first step to the end of
+    its last, so the call's set-up is not timed.
+  """
   model = keras_model()
   model.compile(
       optimizer=tf.keras.optimizers.SGD(FLAGS.initial_learning_rate),
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  dataset = _keras_dataset()
   ends = []
 
   class Clock(tf.keras.callbacks.Callback):
@@ -234,16 +250,21 @@ def _keras_fit():
     def on_train_batch_end(self, batch, logs=None):
       ends.append(time.time())
 
-  model.fit(_keras_dataset(), epochs=1, verbose=0, callbacks=[Clock()],
-            steps_per_epoch=FLAGS.warmup + FLAGS.windows * FLAGS.steps + 1)
-  # ends[FLAGS.warmup] closes the warm-up; each window spans FLAGS.steps.
-  marks = ends[FLAGS.warmup::FLAGS.steps]
-  return [FLAGS.steps * FLAGS.batch_size / (b - a)
-          for a, b in zip(marks, marks[1:])]
+  def timer(n):
+    del ends[:]
+    model.fit(dataset, epochs=1, verbose=0, callbacks=[Clock()],
+              steps_per_epoch=n + 1)
+    return ends[-1] - ends[0]
+
+  return timer, FLAGS.batch_size
 
 
 def _keras_loop():
-  """A custom tf.function train step over the same Keras model."""
+  """A custom tf.function train step over the same Keras model.
+
+  Returns:
+    (timer, examples per step).
+  """
   model = keras_model()
   opt = tf.keras.optimizers.SGD(FLAGS.initial_learning_rate)
   cross_entropy = tf.keras.losses.SparseCategoricalCrossentropy(
@@ -259,20 +280,21 @@ def _keras_loop():
     return loss
 
   batches = iter(_keras_dataset())
-  return _windows(lambda: train_step(*next(batches)).numpy(),
-                  FLAGS.batch_size)
+  return (_stepper(lambda: train_step(*next(batches)).numpy()),
+          FLAGS.batch_size)
 
 
 BUILDERS = {
     'train': ('cifar10_train.py graph, 1 tower',
-              lambda: _time_graph(_single_tower)),
+              lambda: _timed_graph(_single_tower)),
     'multi1': ('cifar10_multi_gpu_train.py graph, 1 tower',
-               lambda: _time_graph(lambda: _multi(1))),
+               lambda: _timed_graph(lambda: _multi(1))),
     'multi2': ('cifar10_multi_gpu_train.py graph, 2 towers',
-               lambda: _time_graph(lambda: _multi(2))),
+               lambda: _timed_graph(lambda: _multi(2))),
     'input': ('input pipeline alone (distorted batches)',
-              lambda: _time_graph(_input)),
-    'eval': ('eval forward pass + in_top_k', lambda: _time_graph(_eval)),
+              lambda: _timed_graph(_input)),
+    'eval': ('eval forward pass + in_top_k',
+             lambda: _timed_graph(_eval)),
     'keras_fit': ('Keras model.fit, same model and data', _keras_fit),
     'keras_loop': ('Keras model, custom tf.function step', _keras_loop),
 }
@@ -303,17 +325,30 @@ def main(argv=None):  # pylint: disable=unused-argument
         % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
   print('matmul peak %.1f GFLOP/s (float32 %dx%d); training step %.1f '
         'MFLOP per example' % (peak, MATMUL_SIZE, MATMUL_SIZE, flops / 1e6))
+  timers = {}
+  for row in FLAGS.rows:
+    print('setting up %s, %d warm-up steps' % (row, FLAGS.warmup))
+    timers[row] = BUILDERS[row][1]()
+    timers[row][0](FLAGS.warmup)
+  rates = {row: [] for row in FLAGS.rows}
+  for window in range(FLAGS.windows):
+    for row in FLAGS.rows:
+      timer, examples_per_step = timers[row]
+      rates[row].append(FLAGS.steps * examples_per_step / timer(FLAGS.steps))
+    print('window %d of %d: %s' % (window + 1, FLAGS.windows, ', '.join(
+        '%s %.1f' % (row, rates[row][-1]) for row in FLAGS.rows)))
+  print()
   medians = {}
   lines = []
   for row in FLAGS.rows:
-    title, run = BUILDERS[row]
-    rates = run()
-    medians[row] = np.median(rates)
+    title = BUILDERS[row][0]
+    medians[row] = np.median(rates[row])
     gflops = ''
     if row in TRAINING_ROWS:
       rate = medians[row] * flops / 1e9
       gflops = '%.1f (%.0f%%)' % (rate, 100 * rate / peak)
-    lines.append((row, title, medians[row], min(rates), max(rates), gflops))
+    lines.append((row, title, medians[row], min(rates[row]),
+                  max(rates[row]), gflops))
     print('%-10s %-44s %8.1f examples/sec (%.1f..%.1f) %s'
           % lines[-1])
   print()

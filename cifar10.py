@@ -28,6 +28,7 @@ from __future__ import print_function
 
 import contextlib
 import datetime
+import functools
 import hashlib
 import http.client
 import math
@@ -62,6 +63,13 @@ flags.DEFINE_string('data_dir', '/tmp/cifar10_data',
 flags.DEFINE_boolean('use_fp16', False,
                      'Mixed precision: compute in float16, keep float32 '
                      'variables, scale the loss (see --loss_scale).')
+flags.DEFINE_boolean('use_bf16', False,
+                     'Mixed precision: compute in bfloat16, keep float32 '
+                     'variables (no loss scaling). Fast on CPUs with '
+                     'bfloat16 units (AVX512_BF16, AMX) and recent GPUs.')
+flags.register_multi_flags_validator(
+    ['use_fp16', 'use_bf16'], lambda f: not (f['use_fp16'] and f['use_bf16']),
+    message='--use_fp16 and --use_bf16 exclude each other: choose one')
 flags.DEFINE_string('loss_scale', 'dynamic',
                     "Loss scale with --use_fp16: 'dynamic' or a number.")
 flags.register_validator(
@@ -201,8 +209,35 @@ def _activation_summary(x):
 
 
 def _dtype():
-  """Returns the dtype the model computes in: float16 with --use_fp16."""
-  return tf.float16 if flag('use_fp16') else tf.float32
+  """Returns the dtype the model computes in, per --use_fp16/--use_bf16."""
+  if flag('use_fp16'):
+    return tf.float16
+  if flag('use_bf16'):
+    return tf.bfloat16
+  return tf.float32
+
+
+def _has_bf16_units():
+  """Returns whether this CPU has bfloat16 units or a GPU is visible."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      cpu_flags = set(f.read().split())
+  except OSError:
+    cpu_flags = set()
+  return bool(cpu_flags & {'avx512_bf16', 'amx_bf16'} or
+              tf.config.list_physical_devices('GPU'))
+
+
+@functools.lru_cache(maxsize=None)
+def _precision_notice():
+  """Prints, once, that the chosen precision will be slow here."""
+  if flag('use_fp16') and not tf.config.list_physical_devices('GPU'):
+    print('Note: --use_fp16 is meant for GPUs; CPUs compute float16 '
+          'convolutions many times slower than float32.')
+  if flag('use_bf16') and not _has_bf16_units():
+    print('Note: --use_bf16 on a machine with neither bfloat16 CPU units '
+          '(avx512_bf16, amx_bf16) nor a GPU: it will run slower than '
+          'float32.')
 
 
 def data_format():
@@ -227,16 +262,18 @@ def compile_scope():
   return contextlib.nullcontext()
 
 
-def _variable_on_cpu(name, shape, initializer):
+def _variable_on_cpu(name, shape, initializer, wd=None):
   """Helper to create a Variable stored on CPU memory.
 
-  Variables are float32 always; with --use_fp16 the model reads them
-  through a cast to float16 on its own device (mixed precision).
+  Variables are float32 always; with --use_fp16 or --use_bf16 the model
+  reads them through a cast on its own device (mixed precision).
 
   Args:
     name: name of the variable
     shape: list of ints
     initializer: initializer for Variable
+    wd: add L2Loss weight decay multiplied by this float, computed from
+        the float32 variable. If None, weight decay is not added.
 
   Returns:
     Variable Tensor, in the dtype the model computes in.
@@ -244,6 +281,9 @@ def _variable_on_cpu(name, shape, initializer):
   with tf.device('/cpu:0'):
     var = tf1.get_variable(name, shape, initializer=initializer,
                            dtype=tf.float32)
+  if wd is not None:
+    weight_decay = tf.multiply(tf.nn.l2_loss(var), wd, name='weight_loss')
+    tf1.add_to_collection('losses', weight_decay)
   return tf.cast(var, _dtype())
 
 
@@ -263,14 +303,8 @@ def _variable_with_weight_decay(name, shape, stddev, wd):
   Returns:
     Variable Tensor
   """
-  var = _variable_on_cpu(
-      name, shape,
-      tf1.truncated_normal_initializer(stddev=stddev))
-  if wd is not None:
-    weight_decay = tf.multiply(tf.nn.l2_loss(tf.cast(var, tf.float32)), wd,
-                               name='weight_loss')
-    tf1.add_to_collection('losses', weight_decay)
-  return var
+  return _variable_on_cpu(
+      name, shape, tf1.truncated_normal_initializer(stddev=stddev), wd)
 
 
 def distorted_batches(num_batches):
@@ -403,6 +437,7 @@ def inference(images):
     Logits, [batch_size, NUM_CLASSES].
   """
   fmt = data_format()
+  _precision_notice()
   with compile_scope():
     if fmt == 'NCHW':
       images = tf.transpose(images, [0, 3, 1, 2])
@@ -572,9 +607,6 @@ def optimizer(lr):
   opt = tf1.train.GradientDescentOptimizer(lr)
   if not flag('use_fp16'):
     return opt
-  if not tf.config.list_physical_devices('GPU'):
-    print('Note: --use_fp16 is meant for GPUs; CPUs compute float16 '
-          'convolutions many times slower than float32.')
   if flag('loss_scale') == 'dynamic':
     scale = tf1.mixed_precision.DynamicLossScale()
   else:

@@ -38,6 +38,7 @@ import collections
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_session
 import cifar10_eval
 import cifar10_input
 import cifar10_multi_gpu_train as multi
@@ -170,7 +171,7 @@ def profile_train(steps):
 
 def _single_tower():
   train_op, _ = cifar10_train.build_train_op()
-  return train_op, FLAGS.batch_size, cifar10.session_config(), None
+  return train_op, FLAGS.batch_size, cifar10_session.session_config(), None
 
 
 def _multi(num_towers):
@@ -316,7 +317,7 @@ def _print_profile(profile):
 def main(argv=None):  # pylint: disable=unused-argument
   unknown = set(FLAGS.rows) - set(ROWS)
   if unknown:
-    raise cifar10.UsageError('Unknown --rows %s; choose from %s.'
+    raise cifar10_session.UsageError('Unknown --rows %s; choose from %s.'
                              % (','.join(sorted(unknown)), ','.join(ROWS)))
   cifar10.maybe_download_and_extract()
   peak = matmul_peak()
@@ -365,4 +366,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10.run_main(main)
+  cifar10_session.run_main(main)

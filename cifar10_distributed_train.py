@@ -30,6 +30,7 @@ import threading
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_session
 import cifar10_multi_gpu_train as multi
 import tensorflow as tf
 
@@ -204,7 +205,7 @@ def build_worker_graph(cluster, task_index, local_devices, batches=None):
 
 def session_config(task_index):
   """The worker's session config: it sees the ps tasks and itself only."""
-  config = cifar10.session_config()
+  config = cifar10_session.session_config()
   config.device_filters.extend(['/job:ps', '/job:worker/task:%d' % task_index])
   return config
 
@@ -245,7 +246,7 @@ def train(server, cluster, task_index, local_devices, make_batches=None,
                                                          num_tokens=0))
     if not is_chief:
       _wait_for_chief(server, task_index)
-    return cifar10.run_training(
+    return cifar10_session.run_training(
         graph.train_op, graph.loss,
         examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
         num_towers=FLAGS.num_gpus,
@@ -270,19 +271,19 @@ def start_server(cluster, job_name, task_index, config):
     The tf.distribute.Server.
 
   Raises:
-    cifar10.UsageError: the task is not in the cluster, or its port is
+    cifar10_session.UsageError: the task is not in the cluster, or its port is
       taken.
   """
   num_tasks = cluster.num_tasks(job_name)
   if task_index >= num_tasks:
-    raise cifar10.UsageError(
+    raise cifar10_session.UsageError(
         '--task_index=%d, but --%s_hosts lists %d task(s).'
         % (task_index, job_name, num_tasks))
   try:
     return tf1.train.Server(cluster, job_name=job_name,
                             task_index=task_index, config=config)
   except (tf.errors.OpError, ValueError) as e:
-    raise cifar10.UsageError(
+    raise cifar10_session.UsageError(
         'Cannot start the %s task %d server at %s: %s. Is the port in use?'
         % (job_name, task_index, cluster.task_address(job_name, task_index),
            str(e).splitlines()[0]))
@@ -290,16 +291,16 @@ def start_server(cluster, job_name, task_index, config):
 
 def main(argv=None):  # pylint: disable=unused-argument
   if FLAGS.job_name is None:
-    raise cifar10.UsageError('Give this task\'s job: --job_name=ps or '
-                             '--job_name=worker.')
+    raise cifar10_session.UsageError('Give this task\'s job: --job_name=ps or '
+                                     '--job_name=worker.')
   if not FLAGS.ps_hosts or not FLAGS.worker_hosts:
-    raise cifar10.UsageError(
+    raise cifar10_session.UsageError(
         'Give the cluster: --ps_hosts=host:port,... and '
         '--worker_hosts=host:port,...')
   if FLAGS.variable_update != 'parameter_server':
-    raise cifar10.UsageError('Distributed training keeps the variables on '
-                             'the ps tasks: use --variable_update='
-                             'parameter_server.')
+    raise cifar10_session.UsageError(
+        'Distributed training keeps the variables on the ps tasks: use '
+        '--variable_update=parameter_server.')
   cluster = tf1.train.ClusterSpec({'ps': FLAGS.ps_hosts,
                                    'worker': FLAGS.worker_hosts})
   num_workers = len(FLAGS.worker_hosts)
@@ -307,7 +308,7 @@ def main(argv=None):  # pylint: disable=unused-argument
     cifar10.maybe_download_and_extract()
   if FLAGS.job_name == 'ps':
     server = start_server(cluster, 'ps', FLAGS.task_index,
-                          cifar10.session_config())
+                          cifar10_session.session_config())
     serve_ps(server, num_workers)
     return
   local_devices, config = multi.tower_devices(FLAGS.num_gpus,
@@ -322,4 +323,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10.run_main(main)
+  cifar10_session.run_main(main)

@@ -21,6 +21,7 @@ import math
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_session
 import numpy as np
 import tensorflow as tf
 
@@ -109,7 +110,7 @@ def evaluate():
   available = (cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL if eval_data
                else cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)
   if FLAGS.num_examples > available:
-    raise cifar10.UsageError(
+    raise cifar10_session.UsageError(
         '--num_examples=%d is more than the %d examples of --eval_data=%s.'
         % (FLAGS.num_examples, available, FLAGS.eval_data))
   with tf.Graph().as_default() as g:
@@ -132,8 +133,8 @@ def evaluate():
       checkpoint_path = tf1.train.latest_checkpoint(FLAGS.checkpoint_dir)
       if checkpoint_path is None:
         if FLAGS.run_once:
-          raise cifar10.UsageError('No checkpoint file found in %s.'
-                                   % FLAGS.checkpoint_dir)
+          raise cifar10_session.UsageError('No checkpoint file found in %s.'
+                                           % FLAGS.checkpoint_dir)
         print('%s: No checkpoint file found in %s; waiting.'
               % (datetime.datetime.now(), FLAGS.checkpoint_dir))
       elif checkpoint_path != last_evaluated:
@@ -144,8 +145,8 @@ def evaluate():
         except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
           # The saver may delete an old checkpoint while we read it.
           if FLAGS.run_once:
-            raise cifar10.UsageError('Cannot read checkpoint %s: %s'
-                                     % (checkpoint_path, e.message))
+            raise cifar10_session.UsageError('Cannot read checkpoint %s: %s'
+                                             % (checkpoint_path, e.message))
           print('%s: Checkpoint %s is gone or incomplete; trying again in '
                 '%d s.' % (datetime.datetime.now(), checkpoint_path,
                            FLAGS.eval_interval_secs))
@@ -160,4 +161,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10.run_main(main)
+  cifar10_session.run_main(main)

@@ -1,10 +1,11 @@
-"""Routine for decoding the CIFAR-10 binary file format.
+"""The CIFAR-10 data: its download, and reading its binary file format.
 
 The images are read with tf.data from the native binary files under
 `<data_dir>/cifar-10-batches-bin`, decoded, distorted (training) or
 centrally cropped (evaluation), standardized per image and batched.
 Everything here runs on /cpu:0, so that the model's device is free for
-the model.
+the model. maybe_download_and_extract gets the archive there first: from
+a URL (http(s):// or file://), md5-checked, extracted atomically.
 
 Usage in graph mode:
 
@@ -18,9 +19,16 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import hashlib
+import http.client
 import os
+import shutil
+import sys
+import tarfile
+import tempfile
 
 import numpy as np
+from six.moves import urllib
 import tensorflow as tf
 
 # Process images of this size. Note that this differs from the original
@@ -51,8 +59,13 @@ MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 NUM_PREPROCESS_THREADS = 16
 
 
+# Where the data comes from: the official archive and its md5.
+DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
+DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
+
+
 class DataError(Exception):
-  """The data directory or a data file is missing or malformed."""
+  """The data cannot be had: a failed download, a missing or bad file."""
 
 
 def check_data_file(filename, data_dir):
@@ -267,3 +280,116 @@ def inputs(eval_data, data_dir, batch_size):
         dataset).get_next()
   tf.compat.v1.summary.image('images', images)
   return images, labels
+
+
+def _download(url, filepath):
+  """Downloads url to filepath, via a temporary file, with a progress line.
+
+  Args:
+    url: http(s):// or file:// URL.
+    filepath: where the file ends up.
+
+  Raises:
+    DataError: the download failed or was cut short.
+  """
+  filename = os.path.basename(filepath)
+  # A file of its own, so that tasks downloading at once do not mix.
+  fd, partial = tempfile.mkstemp(prefix=filename + '.', suffix='.part',
+                                 dir=os.path.dirname(filepath))
+  try:
+    with os.fdopen(fd, 'wb') as out, \
+        urllib.request.urlopen(url, timeout=60) as response:
+      total = int(response.headers.get('Content-Length') or 0)
+      received = 0
+      while True:
+        chunk = response.read(1 << 20)
+        if not chunk:
+          break
+        out.write(chunk)
+        received += len(chunk)
+        if total:
+          sys.stdout.write('\r>> Downloading %s %.1f%%' %
+                           (filename, 100.0 * received / total))
+        else:
+          sys.stdout.write('\r>> Downloading %s %.1f MB' %
+                           (filename, received / 1e6))
+        sys.stdout.flush()
+    print()
+    if total and received != total:
+      raise IOError('got %d of %d bytes' % (received, total))
+  except (IOError, OSError, ValueError, http.client.HTTPException) as e:
+    if os.path.exists(partial):
+      os.remove(partial)
+    raise DataError(
+        'Failed to download %s: %s. Check --data_url (a file:// URL works for '
+        'a local copy of cifar-10-binary.tar.gz) or extract the archive into '
+        '--data_dir.' % (url, getattr(e, 'reason', e)))
+  os.chmod(partial, 0o644)
+  os.rename(partial, filepath)
+  print('Successfully downloaded', filename, os.path.getsize(filepath),
+        'bytes.')
+
+
+def _md5(filepath):
+  """Returns the hex md5 of a file."""
+  digest = hashlib.md5()
+  with open(filepath, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=''):
+  """Download and extract the tarball from Alex's website.
+
+  Does nothing when <data_dir>/cifar-10-batches-bin exists. Otherwise gets
+  the archive from data_url (unless it already lies in data_dir),
+  checks its md5, extracts it into a temporary directory and renames that
+  into place, so that no reader ever sees a half-extracted directory.
+
+  Args:
+    data_dir: the data directory.
+    data_url: an http(s):// or file:// URL of the archive.
+    data_md5: the md5 the archive must have; empty: DATA_MD5 for DATA_URL,
+      no check for other URLs.
+
+  Raises:
+    DataError: the download failed, or the archive is corrupt or not
+      CIFAR-10.
+  """
+  dest_directory = data_dir
+  extracted_dir_path = os.path.join(dest_directory, BATCHES_DIR)
+  if os.path.isdir(extracted_dir_path):
+    return
+  os.makedirs(dest_directory, exist_ok=True)
+  url = data_url
+  filename = url.split('/')[-1] or 'cifar-10-binary.tar.gz'
+  filepath = os.path.join(dest_directory, filename)
+  if not os.path.exists(filepath):
+    _download(url, filepath)
+  expected_md5 = data_md5 or (DATA_MD5 if url == DATA_URL else None)
+  actual_md5 = _md5(filepath) if expected_md5 else None
+  if actual_md5 != expected_md5:
+    raise DataError(
+        'Archive %s has md5 %s, not %s: it is corrupt or not the CIFAR-10 '
+        'binary archive. Delete it and run again, or pass the right '
+        '--data_md5.' % (filepath, actual_md5, expected_md5))
+  staging = tempfile.mkdtemp(prefix='.extracting-', dir=dest_directory)
+  try:
+    with tarfile.open(filepath, 'r:gz') as tar:
+      tar.extractall(staging, filter='data')
+    extracted = os.path.join(staging, BATCHES_DIR)
+    if not os.path.isdir(extracted):
+      raise DataError('Archive %s holds no %s directory: it is not the '
+                       'CIFAR-10 binary archive.'
+                       % (filepath, BATCHES_DIR))
+    try:
+      os.rename(extracted, extracted_dir_path)
+    except OSError:
+      if not os.path.isdir(extracted_dir_path):  # Not a concurrent extractor.
+        raise
+  except (tarfile.TarError, EOFError, OSError) as e:
+    raise DataError('Failed to extract %s: %s. Delete it and run again.'
+                     % (filepath, e))
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)

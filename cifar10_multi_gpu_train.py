@@ -44,13 +44,14 @@ import contextlib
 import re
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_session
 import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-cifar10.define_trainer_flags(max_steps=1000000)
+cifar10_session.define_trainer_flags(max_steps=1000000)
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use.', lower_bound=1)
 flags.DEFINE_boolean('virtual_cpus', False,
                      'Without GPUs, run tower i on its own virtual CPU '
@@ -62,6 +63,7 @@ flags.DEFINE_enum('variable_update', 'parameter_server',
                   'tower keeps its own copy of the variables on its device '
                   'and the gradients are averaged by an all-reduce.')
 flags.adopt_module_key_flags(cifar10)
+flags.adopt_module_key_flags(cifar10_session)
 
 
 def tower_loss(scope, images, labels):
@@ -140,13 +142,13 @@ def tower_devices(num_towers, virtual_cpus=False):
     config: the tf.compat.v1.ConfigProto for the session.
 
   Raises:
-    cifar10.UsageError: more towers than visible GPUs.
+    cifar10_session.UsageError: more towers than visible GPUs.
   """
-  config = cifar10.session_config()
+  config = cifar10_session.session_config()
   num_visible = len(tf.config.list_physical_devices('GPU'))
   if num_visible:
     if num_towers > num_visible:
-      raise cifar10.UsageError(
+      raise cifar10_session.UsageError(
           '--num_gpus=%d, but only %d GPU(s) are visible. Use --num_gpus=%d '
           'or less.' % (num_towers, num_visible, num_visible))
     return ['/gpu:%d' % i for i in range(num_towers)], config
@@ -339,7 +341,7 @@ def train():
   """Train CIFAR-10 for a number of steps."""
   with tf.Graph().as_default():
     graph, config = build_graph(FLAGS.num_gpus)
-    cifar10.run_training(
+    cifar10_session.run_training(
         graph.train_op, graph.loss,
         examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
         num_towers=FLAGS.num_gpus,
@@ -354,4 +356,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10.run_main(main)
+  cifar10_session.run_main(main)

@@ -21,11 +21,13 @@ from __future__ import division
 from __future__ import print_function
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_session
 import tensorflow as tf
 
 FLAGS = tf.compat.v1.flags.FLAGS
-cifar10.define_trainer_flags(max_steps=100000)
+cifar10_session.define_trainer_flags(max_steps=100000)
 tf.compat.v1.flags.adopt_module_key_flags(cifar10)
+tf.compat.v1.flags.adopt_module_key_flags(cifar10_session)
 
 
 def build_train_op():
@@ -60,9 +62,9 @@ def train():
   """Train CIFAR-10 for a number of steps."""
   with tf.Graph().as_default():
     train_op, loss = build_train_op()
-    cifar10.run_training(train_op, loss,
-                         examples_per_step=FLAGS.batch_size,
-                         config=cifar10.session_config())
+    cifar10_session.run_training(
+        train_op, loss, examples_per_step=FLAGS.batch_size,
+        config=cifar10_session.session_config())
 
 
 def main(argv=None):  # pylint: disable=unused-argument
@@ -71,4 +73,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10.run_main(main)
+  cifar10_session.run_main(main)

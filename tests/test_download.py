@@ -1,4 +1,4 @@
-"""maybe_download_and_extract against a local HTTP server and file:// URLs."""
+"""cifar10_input.maybe_download_and_extract against a local HTTP server and file:// URLs."""
 
 import hashlib
 import http.server
@@ -65,6 +65,10 @@ def archive(tmp_path):
   return _archive(tmp_path)
 
 
+def _get(data_dir, url, md5=''):
+  cifar10_input.maybe_download_and_extract(data_dir, url, md5)
+
+
 def _leftovers(data_dir):
   return sorted(n for n in os.listdir(data_dir)
                 if n.startswith('.extracting') or n.endswith('.part'))
@@ -75,12 +79,10 @@ def test_http_download_with_progress_and_md5(tmp_path, archive, capsys):
   server = _Server(body)
   data_dir = str(tmp_path / 'data')
   try:
-    with flagsaver.flagsaver(data_dir=data_dir, data_url=server.url,
-                             data_md5=md5):
-      cifar10.maybe_download_and_extract()
-      assert cifar10_input.data_files(data_dir, eval_data=False)
-      # Present data: nothing is fetched again.
-      cifar10.maybe_download_and_extract()
+    _get(data_dir, server.url, md5)
+    assert cifar10_input.data_files(data_dir, eval_data=False)
+    # Present data: nothing is fetched again.
+    _get(data_dir, server.url, md5)
   finally:
     server.close()
   assert server.requests == 1
@@ -95,10 +97,8 @@ def test_wrong_md5_is_an_error_and_extracts_nothing(tmp_path, archive):
   server = _Server(body)
   data_dir = str(tmp_path / 'data')
   try:
-    with flagsaver.flagsaver(data_dir=data_dir, data_url=server.url,
-                             data_md5='0' * 32):
-      with pytest.raises(cifar10.UsageError, match='has md5 .* not 0000'):
-        cifar10.maybe_download_and_extract()
+    with pytest.raises(cifar10_input.DataError, match='has md5 .* not 0000'):
+      _get(data_dir, server.url, '0' * 32)
   finally:
     server.close()
   assert not os.path.exists(os.path.join(data_dir, cifar10_input.BATCHES_DIR))
@@ -110,9 +110,8 @@ def test_official_url_checks_official_md5(tmp_path, archive):
   data_dir = tmp_path / 'data'
   data_dir.mkdir()
   (data_dir / 'cifar-10-binary.tar.gz').write_bytes(body)
-  with flagsaver.flagsaver(data_dir=str(data_dir)):
-    with pytest.raises(cifar10.UsageError, match=cifar10.DATA_MD5):
-      cifar10.maybe_download_and_extract()
+  with pytest.raises(cifar10_input.DataError, match=cifar10_input.DATA_MD5):
+    cifar10_input.maybe_download_and_extract(str(data_dir))
 
 
 @pytest.mark.parametrize('cut', [100, 5000])
@@ -121,10 +120,8 @@ def test_truncated_body_leaves_nothing(tmp_path, archive, cut):
   server = _Server(body, cut=cut)
   data_dir = str(tmp_path / 'data')
   try:
-    with flagsaver.flagsaver(data_dir=data_dir, data_url=server.url,
-                             data_md5=md5):
-      with pytest.raises(cifar10.UsageError, match='Failed to download'):
-        cifar10.maybe_download_and_extract()
+    with pytest.raises(cifar10_input.DataError, match='Failed to download'):
+      _get(data_dir, server.url, md5)
   finally:
     server.close()
   assert sorted(os.listdir(data_dir)) == []
@@ -136,13 +133,12 @@ def test_server_gone_is_an_error(tmp_path, archive):
   url = server.url
   server.close()
   data_dir = str(tmp_path / 'data')
-  with flagsaver.flagsaver(data_dir=data_dir, data_url=url, data_md5=md5):
-    with pytest.raises(cifar10.UsageError, match='Failed to download'):
-      cifar10.maybe_download_and_extract()
+  with pytest.raises(cifar10_input.DataError, match='Failed to download'):
+    _get(data_dir, url, md5)
   assert sorted(os.listdir(data_dir)) == []
 
 
-def test_file_url(tmp_path, archive):
+def test_file_url_from_the_flags(tmp_path, archive):
   body, _ = archive
   path = tmp_path / 'copy.tar.gz'
   path.write_bytes(body)
@@ -161,7 +157,7 @@ def test_archive_without_cifar_directory(tmp_path):
   path = tmp_path / 'other.tar.gz'
   path.write_bytes(buf.getvalue())
   data_dir = str(tmp_path / 'data')
-  with flagsaver.flagsaver(data_dir=data_dir, data_url='file://' + str(path)):
-    with pytest.raises(cifar10.UsageError, match='holds no cifar-10-batches'):
-      cifar10.maybe_download_and_extract()
+  with pytest.raises(cifar10_input.DataError,
+                     match='holds no cifar-10-batches'):
+    _get(data_dir, 'file://' + str(path))
   assert sorted(os.listdir(data_dir)) == ['other.tar.gz']

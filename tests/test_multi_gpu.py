@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_multi_gpu_train as multi
+import cifar10_session
 from conftest import STEP_LINE, checkpoint_step, run_script
 
 tf1 = tf.compat.v1
@@ -123,7 +124,7 @@ def test_towers_on_distinct_virtual_cpus_variables_on_cpu0():
 def test_more_gpus_than_visible_is_one_clear_error(monkeypatch):
   monkeypatch.setattr(tf.config, 'list_physical_devices',
                       lambda kind=None: ['GPU:0'] if kind == 'GPU' else [])
-  with pytest.raises(cifar10.UsageError,
+  with pytest.raises(cifar10_session.UsageError,
                      match=r'--num_gpus=3, but only 1 GPU\(s\) are visible'):
     multi.tower_devices(3)
   devices, _ = multi.tower_devices(1)

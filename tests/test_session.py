@@ -1,4 +1,5 @@
-"""Flags: --help lists them, booleans parse every form, bad ones are one line."""
+"""The command line the scripts share (cifar10_session.py): --help lists
+the flags, booleans parse every form, a mistake is one line."""
 
 import os
 import re

@@ -45,6 +45,10 @@ flags.DEFINE_integer('task_index', 0, 'This task\'s index in its job.',
 flags.DEFINE_list('ps_hosts', [], 'Parameter servers, host:port,...')
 flags.DEFINE_list('worker_hosts', [], 'Workers, host:port,...; the first '
                   'is the chief.')
+for _hosts in ('ps_hosts', 'worker_hosts'):
+  flags.register_validator(
+      _hosts, lambda hosts: all(_is_host_port(h) for h in hosts),
+      message='give each task as host:port, the port a number 1-65535')
 flags.DEFINE_boolean('sync_replicas', True,
                      'Aggregate one gradient from every worker into each '
                      'update; false: every worker updates on its own.')
@@ -56,6 +60,12 @@ flags.adopt_module_key_flags(cifar10)
 
 # Seconds a blocking call waits before checking for Ctrl-C again.
 POLL_SECS = 0.5
+
+
+def _is_host_port(address):
+  """Returns whether address reads as host:port."""
+  host, _, port = address.rpartition(':')
+  return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _done_queue(ps_task, num_workers):
@@ -133,21 +143,6 @@ class StallReportHook(tf1.train.SessionRunHook):
   def end(self, session):
     if self._timer:
       self._timer.cancel()
-
-
-def _quiet_cancelled_queue_runners():
-  """Silences the chief's queue runner thread cancelled at the end.
-
-  The SyncReplicasOptimizer's queue runner waits for the next step's
-  gradients when training ends; closing the session cancels it, which is
-  how it ends, not an error to print.
-  """
-  default_hook = threading.excepthook
-
-  def hook(args):
-    if not issubclass(args.exc_type, tf.errors.CancelledError):
-      default_hook(args)
-  threading.excepthook = hook
 
 
 def _wait_for_chief(server, task_index):
@@ -238,7 +233,11 @@ def train(server, cluster, task_index, local_devices, make_batches=None,
         'needs all %d workers: start or restart the missing one with its '
         'same flags.' % (task_index, FLAGS.stall_report_secs, num_workers))]
     if FLAGS.sync_replicas:
-      _quiet_cancelled_queue_runners()
+      # The optimizer's queue runner waits for the next step's gradients
+      # when training ends; closing the session cancels it, which is how
+      # it ends, not an error to print.
+      cifar10_session.quiet_thread_errors(
+          lambda args: issubclass(args.exc_type, tf.errors.CancelledError))
       # No tokens to start with: each worker gives one gradient to each
       # update, then waits for the next (the chief could use spare tokens
       # to give two).

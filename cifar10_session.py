@@ -27,8 +27,13 @@ from __future__ import division
 from __future__ import print_function
 
 import datetime
+import fcntl
+import functools
 import math
+import os
+import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -45,6 +50,16 @@ FLAGS = flags.FLAGS
 
 # Seconds the training session waits for its threads at the end.
 STOP_GRACE_PERIOD_SECS = 5
+
+# The file in --train_dir that the training process holds a lock on.
+LOCK_FILE = 'trainer.lock'
+
+# The flags, of any script, that name directories, checked before work.
+PATH_FLAGS = ('data_dir', 'train_dir', 'checkpoint_dir', 'eval_dir',
+              'export_dir')
+
+# absl's flags that print the help and exit.
+HELP_FLAGS = ('help', '?', 'helpfull', 'helpshort', 'helpxml')
 
 
 class UsageError(Exception):
@@ -219,6 +234,165 @@ def _rewind_to_finite_checkpoint(train_dir):
   return None
 
 
+def checkpoint_step(checkpoint_path):
+  """Returns the global step a checkpoint was saved at.
+
+  Args:
+    checkpoint_path: the checkpoint's path prefix, or None.
+
+  Returns:
+    Its global step; 0 for None.
+  """
+  if checkpoint_path is None:
+    return 0
+  return int(tf.train.load_checkpoint(checkpoint_path).get_tensor(
+      tf1.GraphKeys.GLOBAL_STEP))
+
+
+def reached_max_steps(step, log_prefix=''):
+  """Says so in one line when training has reached --max_steps.
+
+  Args:
+    step: the global step training would resume from; None: the step of
+      the latest checkpoint in --train_dir.
+    log_prefix: text to start the line with.
+
+  Returns:
+    Whether step is at or past --max_steps.
+  """
+  if step is None:
+    step = checkpoint_step(tf1.train.latest_checkpoint(FLAGS.train_dir))
+  if step < FLAGS.max_steps:
+    return False
+  print('%sTraining in %s has reached step %d, --max_steps is %d: nothing '
+        'to do. To train on, run again with a higher --max_steps.'
+        % (log_prefix, FLAGS.train_dir, step, FLAGS.max_steps))
+  return True
+
+
+def _step_reached(master, is_chief, config):
+  """Returns the global step training resumes from, reading nothing new.
+
+  The chief reads it from the latest checkpoint in --train_dir; another
+  worker of a cluster from the variables the chief has set.
+
+  Args:
+    master: the TensorFlow server; '' for this process.
+    is_chief: whether this task is the chief.
+    config: the session config.
+
+  Returns:
+    The global step.
+  """
+  if not is_chief:
+    with tf1.Session(master, config=config) as sess:
+      return int(sess.run(tf1.train.get_global_step()))
+  latest = tf1.train.latest_checkpoint(FLAGS.train_dir)
+  step = checkpoint_step(latest)
+  if master and step >= FLAGS.max_steps:
+    # Restore it into the cluster, so that the other workers learn it too.
+    with tf1.Session(master, config=config) as sess:
+      tf1.train.Saver().restore(sess, latest)
+  return step
+
+
+def _lock_train_dir(train_dir):
+  """Takes the lock that keeps a second trainer out of train_dir.
+
+  The lock is an flock on train_dir/LOCK_FILE, which the kernel releases
+  when the process ends, even by kill -9. The file names its holder.
+
+  Args:
+    train_dir: the training directory (local paths only are locked).
+
+  Returns:
+    The open lock file, to close when training ends, or None.
+
+  Raises:
+    UsageError: another live process holds the lock.
+  """
+  if '://' in train_dir:
+    return None
+  os.makedirs(train_dir, exist_ok=True)
+  lock = open(os.path.join(train_dir, LOCK_FILE), 'a+')
+  try:
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    lock.seek(0)
+    holder = lock.read().strip() or 'another process'
+    lock.close()
+    raise UsageError(
+        '--train_dir=%s is in use by %s. Wait for it to end or stop it, or '
+        'train in another --train_dir.' % (train_dir, holder))
+  lock.truncate(0)
+  lock.write('process %d on %s (%s)\n' % (os.getpid(), socket.gethostname(),
+                                          ' '.join(sys.argv)))
+  lock.flush()
+  return lock
+
+
+# TensorFlow reports a failed file write as '<path>; <reason>'.
+_FAILED_WRITE = re.compile(r'(\S+); ([^\n\[]+)')
+
+
+def _failed_write(error, train_dir):
+  """Reads a failed write into train_dir out of an error.
+
+  Removes what the failed write left half-written (a checkpoint's temporary
+  directory, a temporary file).
+
+  Args:
+    error: the exception training stopped with.
+    train_dir: the training directory.
+
+  Returns:
+    (what, reason): what failed to be written, and why; or None if error
+    is not a failed write into train_dir.
+  """
+  match = _FAILED_WRITE.search(str(error))
+  if not match or not match.group(1).startswith(train_dir.rstrip('/') + '/'):
+    return None
+  path, reason = match.group(1), match.group(2).strip()
+  checkpoint = re.match(r'.*model\.ckpt-\d+', path)
+  if checkpoint:
+    temporary = checkpoint.group(0) + '_temp'  # The saver writes here first.
+    if tf.io.gfile.isdir(temporary):
+      tf.io.gfile.rmtree(temporary)
+    return 'the checkpoint ' + checkpoint.group(0), reason
+  if '.tmp' in os.path.basename(path) and tf.io.gfile.exists(path):
+    tf.io.gfile.remove(path)
+  if '.tfevents.' in path:
+    return 'the event file ' + path, reason
+  return path, reason
+
+
+@functools.lru_cache(maxsize=None)
+def _quiet_writer_thread_errors():
+  """Leaves the event writer thread's failed writes to run_training to report.
+
+  The thread logs the error and prints its traceback; the main thread gets
+  the same error at its next write, and run_training makes it one line.
+  """
+  tf.get_logger().addFilter(
+      lambda record: 'writer thread error' not in record.getMessage())
+  quiet_thread_errors(lambda args: args.thread.name == 'EventLoggerThread')
+
+
+def quiet_thread_errors(is_expected):
+  """Keeps the tracebacks of expected errors in threads off the console.
+
+  Args:
+    is_expected: a function of threading.excepthook's args, True for an
+      error not to print.
+  """
+  default_hook = threading.excepthook
+
+  def hook(args):
+    if not is_expected(args):
+      default_hook(args)
+  threading.excepthook = hook
+
+
 def run_training(train_op, loss, examples_per_step, num_towers=1,
                  config=None, scaffold=None, master='', is_chief=True,
                  hooks=(), log_prefix=''):
@@ -226,7 +400,9 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
 
   Resumes from the latest checkpoint there, stops at --max_steps, logs
   every --log_frequency steps, writes summaries and checkpoints, and on
-  SIGINT/SIGTERM saves a checkpoint and stops.
+  SIGINT/SIGTERM saves a checkpoint and stops. Does nothing when the
+  checkpoint is at --max_steps already. The chief holds a lock on
+  --train_dir while it trains, so no second trainer writes there.
 
   Args:
     train_op: the op for one step.
@@ -246,12 +422,17 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
     The number of steps this process ran.
 
   Raises:
-    UsageError: the loss became NaN.
+    UsageError: the loss became NaN, a write into --train_dir failed, or
+      another trainer holds --train_dir.
   """
   train_dir = FLAGS.train_dir
-  latest = tf1.train.latest_checkpoint(train_dir)
-  if latest and is_chief:
-    print('Resuming from %s.' % latest)
+  step = _step_reached(master, is_chief, config)
+  if reached_max_steps(step, log_prefix):
+    return 0
+  lock = _lock_train_dir(train_dir) if is_chief else None
+  if step and is_chief:
+    print('Resuming from %s.' % tf1.train.latest_checkpoint(train_dir))
+  _quiet_writer_thread_errors()
   signal_hook = StopOnSignalHook()
   all_hooks = list(hooks) + [
       NanLossHook(loss),
@@ -288,6 +469,18 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
                                 _rewind_to_finite_checkpoint(train_dir)
                                 if is_chief else 'of the chief',
                                 FLAGS.initial_learning_rate))
+  except Exception as e:  # pylint: disable=broad-except
+    failed = _failed_write(e, train_dir)
+    if not failed:
+      raise
+    raise UsageError(
+        'Failed to write %s: %s. Training stopped; the last good checkpoint, '
+        '%s, is kept and the next run resumes from it. Make room for '
+        '--train_dir=%s and run again.'
+        % (failed + (tf1.train.latest_checkpoint(train_dir), train_dir)))
+  finally:
+    if lock:
+      lock.close()
   if signal_hook.received is not None:
     print('Stopped by signal %d; checkpoint saved in %s.'
           % (signal_hook.received, tf1.train.latest_checkpoint(train_dir)))
@@ -305,28 +498,79 @@ def session_config():
                          log_device_placement=FLAGS.log_device_placement)
 
 
+def _path_problem(path):
+  """Says what keeps path from being a directory to read or write, if anything.
+
+  Args:
+    path: a local path ('scheme://' paths are left to TensorFlow).
+
+  Returns:
+    The problem, as a phrase, or None.
+  """
+  if '://' in path:
+    return None
+  if os.path.exists(path):
+    return None if os.path.isdir(path) else 'it is a file, not a directory'
+  parent = os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    return '%s is a file, so no directory can be made under it' % parent
+  if not os.access(parent, os.W_OK | os.X_OK):
+    return 'it does not exist and %s is not writable' % parent
+  return None
+
+
+def check_path_flags():
+  """Checks every directory flag of the script before any work starts.
+
+  Raises:
+    UsageError: a directory flag names a file, or a path no directory can
+      be made at.
+  """
+  for name in PATH_FLAGS:
+    if name in FLAGS and FLAGS[name].value is not None:
+      problem = _path_problem(FLAGS[name].value)
+      if problem:
+        raise UsageError('--%s=%s: %s. Give a directory there.'
+                         % (name, FLAGS[name].value, problem))
+
+
 def _parse_flags(argv):
-  """Parses the command line; a bad flag is one line and exit code 2."""
+  """Parses the command line; a bad flag is one line and exit code 2.
+
+  --help and its kin print the help and exit 0 (absl exits 1).
+  """
   try:
     return FLAGS(argv)
   except flags.Error as e:
     sys.stderr.write('Error: %s. See --help.\n' % str(e).rstrip('.'))
     sys.exit(2)
+  except SystemExit:
+    if any(arg.lstrip('-').split('=')[0] in HELP_FLAGS
+           for arg in argv[1:] if arg.startswith('-')):
+      sys.exit(0)
+    raise
 
 
-def run_main(main):
+def run_main(main, takes_arguments=False):
   """Parses flags and runs main(argv); user errors print one line, exit 1.
 
+  Every directory flag is checked first (check_path_flags).
+
   Args:
-    main: the script's main function, taking argv.
+    main: the script's main function, taking argv; what it returns is the
+      exit status.
+    takes_arguments: whether arguments other than flags are the script's.
   """
   def checked_main(argv):
-    if len(argv) > 1:
+    if len(argv) > 1 and not takes_arguments:
       raise UsageError('Unexpected arguments %s. See --help.'
                        % ' '.join(argv[1:]))
     if not FLAGS['verbosity'].present:
       # Step lines, not TensorFlow's INFO log, unless -v/--verbosity says so.
       tf1.logging.set_verbosity(tf1.logging.WARN)
+    check_path_flags()
     return main(argv)
   try:
     app.run(checked_main, flags_parser=_parse_flags)

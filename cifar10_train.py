@@ -68,6 +68,8 @@ def train():
 
 
 def main(argv=None):  # pylint: disable=unused-argument
+  if cifar10_session.reached_max_steps(None):
+    return
   cifar10.maybe_download_and_extract()
   train()
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_distributed_train as dist
-from conftest import REPO, checkpoint_step, run_script
+from conftest import REPO, checkpoint_step, error_lines, run_script
 
 tf1 = tf.compat.v1
 
@@ -128,7 +128,49 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   assert all(rc == 0 for rc, _, _ in results), results[1][2][-3000:]
   assert 'Resuming from %s/model.ckpt-%d.' % (train_dir, global_step) in (
       results[1][1])
-  assert checkpoint_step(train_dir) >= global_step + 10
+  reached = checkpoint_step(train_dir)
+  assert reached >= global_step + 10
+
+  # Restarted at that --max_steps, every task says so and exits, and the
+  # chief writes nothing.
+  files = sorted(os.listdir(train_dir))
+  mtimes = [os.stat(os.path.join(train_dir, f)).st_mtime_ns for f in files]
+  common = _hosts(_free_ports(3)) + flags + ['--max_steps=%d' % reached]
+  tasks = [_start('--job_name=ps', '--task_index=0', *common),
+           _start('--job_name=worker', '--task_index=0', *common),
+           _start('--job_name=worker', '--task_index=1', *common)]
+  try:
+    results = [_finish(p, timeout=300) for p in tasks[::-1]]
+  finally:
+    for p in tasks:
+      if p.poll() is None:
+        p.kill()
+  assert all(rc == 0 for rc, _, _ in results), results[1][2][-3000:]
+  for worker, (_, out, _) in zip((1, 0), results):
+    assert ('Worker %d: Training in %s has reached step %d, --max_steps is '
+            '%d: nothing to do.' % (worker, train_dir, reached, reached)) in out
+    assert 'Worker %d: done after 0 steps' % worker in out
+  assert sorted(os.listdir(train_dir)) == files
+  assert mtimes == [os.stat(os.path.join(train_dir, f)).st_mtime_ns
+                    for f in files]
+
+
+def test_port_in_use_is_one_line(fake_data_dir):
+  taken = socket.socket()
+  taken.bind(('127.0.0.1', 0))
+  taken.listen()
+  port = taken.getsockname()[1]
+  try:
+    result = run_script('cifar10_distributed_train.py', '--job_name=ps',
+                        '--data_dir=' + fake_data_dir,
+                        '--ps_hosts=127.0.0.1:%d' % port,
+                        '--worker_hosts=127.0.0.1:1')
+  finally:
+    taken.close()
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == [
+      'Error: Cannot start the ps task 0 server at 127.0.0.1:%d: Could not '
+      'start gRPC server. Is the port in use?' % port]
 
 
 def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):

@@ -34,7 +34,8 @@ DOCUMENTED = {
 
 @pytest.mark.parametrize('script', sorted(DOCUMENTED))
 def test_help_lists_every_flag_with_default(script):
-  result = run_script(script, '--help')  # absl exits 1 after the help.
+  result = run_script(script, '--help')
+  assert result.returncode == 0
   assert 'Traceback' not in result.stderr
   for name in DOCUMENTED[script]:
     assert '--' + name in result.stdout or '--[no]' + name in result.stdout
@@ -93,9 +94,18 @@ def test_script_flags_parse_with_model_flags():
     ('cifar10_eval.py', '--num_examples=abc',
      "flag --num_examples=abc: invalid literal for int() with base 10: "
      "'abc'"),
+    ('cifar10_train.py', '--use_fp16 --use_bf16',
+     'flags use_fp16=True, use_bf16=True: --use_fp16 and --use_bf16 exclude '
+     'each other: choose one'),
+    ('cifar10_distributed_train.py', '--ps_hosts=localhost',
+     "flag --ps_hosts=['localhost']: give each task as host:port, the port "
+     'a number 1-65535'),
+    ('cifar10_distributed_train.py', '--worker_hosts=a:1,b:port',
+     "flag --worker_hosts=['a:1', 'b:port']: give each task as host:port, "
+     'the port a number 1-65535'),
 ])
 def test_bad_flag_is_one_line(script, arg, message):
-  result = run_script(script, arg)
+  result = run_script(script, *arg.split())
   assert result.returncode == 2
   assert error_lines(result.stderr) == ['Error: %s. See --help.' % message]
   assert 'Traceback' not in result.stderr

@@ -1,0 +1,207 @@
+"""What a user can hit around a run (cifar10_session.py): unusable paths,
+reruns of finished training, two trainers on one directory, a full disk."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, STEP_LINE, checkpoint_step, error_lines, run_script
+
+# Every script's directory flags.
+PATH_FLAGS = {
+    'cifar10_train.py': ['data_dir', 'train_dir'],
+    'cifar10_multi_gpu_train.py': ['data_dir', 'train_dir'],
+    'cifar10_distributed_train.py': ['data_dir', 'train_dir'],
+    'cifar10_eval.py': ['data_dir', 'checkpoint_dir', 'eval_dir'],
+    'benchmark.py': ['data_dir'],
+}
+
+# Writes of more than this many bytes to one file fail: the graph and the
+# first event file fit, a checkpoint's 8.5 MB of values do not.
+SMALL_FILE_LIMIT = 2000000
+# A checkpoint fits; an event file of some hundred summaries does not.
+CHECKPOINT_FILE_LIMIT = 8700000
+
+# Runs a script with writes limited to argv[1] bytes per file, as a full
+# disk fails them (EFBIG, SIGXFSZ ignored).
+LIMITED = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]),) * 2)
+sys.argv = sys.argv[2:]
+sys.path.insert(0, %r)
+runpy.run_path(sys.argv[0], run_name='__main__')
+""" % REPO
+
+
+def _pairs():
+  return [(script, name) for script in sorted(PATH_FLAGS)
+          for name in PATH_FLAGS[script]]
+
+
+@pytest.mark.parametrize('case', ['file', 'under_file'])
+@pytest.mark.parametrize('script,name', _pairs())
+def test_unusable_path_flag_is_one_line_and_creates_nothing(
+    tmp_path, script, name, case):
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('not a directory')
+  bad = str(a_file) if case == 'file' else str(a_file / 'sub' / 'dir')
+  # The script's other directories, which must not be created either.
+  args = ['--%s=%s' % (other, tmp_path / other)
+          for other in PATH_FLAGS[script] if other != name]
+  result = run_script(script, '--%s=%s' % (name, bad), *args)
+  assert result.returncode == 1, result.stderr[-2000:]
+  problem = ('it is a file, not a directory' if case == 'file' else
+             '%s is a file, so no directory can be made under it' % a_file)
+  assert error_lines(result.stderr) == [
+      'Error: --%s=%s: %s. Give a directory there.' % (name, bad, problem)]
+  assert 'Traceback' not in result.stderr
+  assert sorted(os.listdir(tmp_path)) == ['a_file']
+
+
+@pytest.mark.parametrize('script', sorted(PATH_FLAGS))
+@pytest.mark.parametrize('flag', ['--help', '--helpfull'])
+def test_help_exits_zero(script, flag):
+  result = run_script(script, flag)
+  assert result.returncode == 0
+  assert 'Error' not in result.stderr and 'Traceback' not in result.stderr
+  assert '--batch_size' in result.stdout
+
+
+def _files(directory):
+  """{name: (size, mtime)} of every file below directory."""
+  found = {}
+  for root, _, names in os.walk(directory):
+    for name in names:
+      stat = os.stat(os.path.join(root, name))
+      found[os.path.join(root, name)] = (stat.st_size, stat.st_mtime_ns)
+  return found
+
+
+@pytest.mark.parametrize('script', ['cifar10_train.py',
+                                    'cifar10_multi_gpu_train.py'])
+def test_rerun_at_max_steps_does_nothing(fake_data_dir, tmp_path, script):
+  train_dir = str(tmp_path / 'train')
+  args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8']
+  first = run_script(script, '--max_steps=12', *args)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert checkpoint_step(train_dir) == 12
+  before = _files(train_dir)
+  for max_steps in (12, 5):
+    again = run_script(script, '--max_steps=%d' % max_steps, *args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.splitlines() == [
+        'Training in %s has reached step 12, --max_steps is %d: nothing to '
+        'do. To train on, run again with a higher --max_steps.'
+        % (train_dir, max_steps)]
+    assert _files(train_dir) == before
+  more = run_script(script, '--max_steps=15', *args)
+  assert more.returncode == 0 and checkpoint_step(train_dir) == 15
+
+
+def _start(*args):
+  return subprocess.Popen([sys.executable] + list(args), cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
+    fake_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8']
+  first = _start(os.path.join(REPO, 'cifar10_train.py'),
+                 '--max_steps=1000000', '--log_frequency=1', *args)
+  try:
+    for line in first.stdout:  # Training, and so holding the lock.
+      if STEP_LINE.match(line.strip()):
+        break
+    for script in ('cifar10_train.py', 'cifar10_multi_gpu_train.py'):
+      second = run_script(script, '--max_steps=1000000', *args)
+      assert second.returncode == 1
+      assert error_lines(second.stderr) == [
+          'Error: --train_dir=%s is in use by process %d on %s (%s '
+          '--max_steps=1000000 --log_frequency=1 %s). Wait for it to end or '
+          'stop it, or train in another --train_dir.'
+          % (train_dir, first.pid, socket.gethostname(),
+             os.path.join(REPO, 'cifar10_train.py'), ' '.join(args))]
+    # The evaluator reads beside it.
+    evaluated = run_script('cifar10_eval.py', '--run_once',
+                           '--data_dir=' + fake_data_dir,
+                           '--checkpoint_dir=' + train_dir, '--batch_size=8',
+                           '--num_examples=16',
+                           '--eval_dir=' + str(tmp_path / 'eval'))
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert 'precision @ 1 = ' in evaluated.stdout
+  finally:
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+  step = checkpoint_step(train_dir)
+  after = run_script('cifar10_train.py', '--max_steps=%d' % (step + 3), *args)
+  assert after.returncode == 0, after.stderr[-2000:]
+  assert checkpoint_step(train_dir) == step + 3
+
+
+def _limited(limit, script, *args):
+  return subprocess.run(
+      [sys.executable, '-c', LIMITED, str(limit), script] + list(args),
+      cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_failed_checkpoint_write_is_one_line_and_resumable(fake_data_dir,
+                                                           tmp_path):
+  train_dir = str(tmp_path / 'train')
+  args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8']
+  assert run_script('cifar10_train.py', '--max_steps=10', *args
+                   ).returncode == 0
+  good = os.path.join(train_dir, 'model.ckpt-10')
+  full = _limited(SMALL_FILE_LIMIT, 'cifar10_train.py', '--max_steps=30',
+                  *args)
+  assert full.returncode == 1
+  assert error_lines(full.stderr) == [
+      'Error: Failed to write the checkpoint %s: File too large. Training '
+      'stopped; the last good checkpoint, %s, is kept and the next run '
+      'resumes from it. Make room for --train_dir=%s and run again.'
+      % (good, good, train_dir)]
+  assert 'Traceback' not in full.stderr
+  # Nothing half-written is left.
+  assert not [n for n in os.listdir(train_dir) if '_temp' in n]
+  resumed = run_script('cifar10_train.py', '--max_steps=30', *args)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert 'Resuming from %s.' % good in resumed.stdout
+  assert checkpoint_step(train_dir) == 30
+
+
+def test_failed_event_write_is_one_line_and_resumable(fake_data_dir,
+                                                      tmp_path):
+  train_dir = str(tmp_path / 'train')
+  args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+          '--batch_size=1', '--save_summaries_steps=1']
+  assert run_script('cifar10_train.py', '--max_steps=5', *args
+                   ).returncode == 0
+  full = _limited(CHECKPOINT_FILE_LIMIT, 'cifar10_train.py',
+                  '--max_steps=220', *args)
+  assert full.returncode == 1
+  lines = error_lines(full.stderr)
+  assert len(lines) == 1, full.stderr[-3000:]
+  assert 'Traceback' not in full.stderr and 'Exception in' not in full.stderr
+  match = re.match(
+      r'Error: Failed to write the event file (\S+/events\.out\.tfevents\.\S+)'
+      r': File too large\. Training stopped; the last good checkpoint, (\S+), '
+      r'is kept and the next run resumes from it\.', lines[0])
+  assert match, lines[0]
+  kept = match.group(2)
+  assert kept.startswith(os.path.join(train_dir, 'model.ckpt-'))
+  step = checkpoint_step(train_dir)
+  assert kept.endswith('-%d' % step)
+  resumed = run_script('cifar10_train.py', '--max_steps=%d' % (step + 2),
+                       *args)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert 'Resuming from %s.' % kept in resumed.stdout

@@ -60,8 +60,7 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path):
   with tf1.Session() as sess:
     # Restores from checkpoint
     saver.restore(sess, checkpoint_path)
-    global_step = int(tf.train.load_checkpoint(checkpoint_path).get_tensor(
-        tf1.GraphKeys.GLOBAL_STEP))
+    global_step = cifar10_session.checkpoint_step(checkpoint_path)
 
     # Count exactly num_examples: the last batch may run past them.
     num_iter = int(math.ceil(FLAGS.num_examples / FLAGS.batch_size))
@@ -82,6 +81,41 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path):
     summary_writer.add_summary(summary, global_step)
     summary_writer.flush()
   return precision
+
+
+def moving_average_variables():
+  """What restores the moving averages of the trained variables into them.
+
+  Returns:
+    {name in the checkpoint: variable of the model}, for a Saver.
+  """
+  return tf1.train.ExponentialMovingAverage(
+      cifar10.MOVING_AVERAGE_DECAY).variables_to_restore()
+
+
+def check_checkpoint(checkpoint_path, var_list):
+  """Checks that a checkpoint holds this model's variables.
+
+  Args:
+    checkpoint_path: the checkpoint.
+    var_list: dict of the names in the checkpoint to restore from to the
+      model's variables.
+
+  Raises:
+    cifar10_session.UsageError: a variable is missing, or has another
+      shape.
+    tf.errors.NotFoundError: the checkpoint is gone.
+  """
+  shapes = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
+  for name, var in sorted(var_list.items()):
+    if shapes.get(name) != var.shape.as_list():
+      raise cifar10_session.UsageError(
+          'Checkpoint %s is not this model\'s: %s. Point --checkpoint_dir at '
+          'a --train_dir of this project\'s trainers.'
+          % (checkpoint_path,
+             'it has no %s' % name if name not in shapes else
+             '%s is %s there, %s here' % (name, shapes[name],
+                                           var.shape.as_list())))
 
 
 def correct_predictions(eval_data):
@@ -118,9 +152,7 @@ def evaluate():
     top_k_op = correct_predictions(eval_data)
 
     # Restore the moving average version of the learned variables for eval.
-    variable_averages = tf1.train.ExponentialMovingAverage(
-        cifar10.MOVING_AVERAGE_DECAY)
-    variables_to_restore = variable_averages.variables_to_restore()
+    variables_to_restore = moving_average_variables()
     saver = tf1.train.Saver(variables_to_restore)
 
     # Build the summary operation based on the TF collection of Summaries.
@@ -139,6 +171,7 @@ def evaluate():
               % (datetime.datetime.now(), FLAGS.checkpoint_dir))
       elif checkpoint_path != last_evaluated:
         try:
+          check_checkpoint(checkpoint_path, variables_to_restore)
           eval_once(saver, summary_writer, top_k_op, summary_op,
                     checkpoint_path)
           last_evaluated = checkpoint_path

@@ -9,8 +9,10 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
+import cifar10
 from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
                       run_script)
 
@@ -78,7 +80,6 @@ def test_train_resume_and_evaluate(real_data_dir, tmp_path):
 def test_eval_counts_exactly_num_examples(real_data_dir, tmp_path):
   """The evaluator's precision equals a direct count over the first N images."""
   sys.path.insert(0, REPO)
-  import cifar10  # pylint: disable=g-import-not-at-top
   from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
   train_dir = str(tmp_path / 'train')
   _train(real_data_dir, train_dir, '--max_steps=20')
@@ -164,3 +165,50 @@ def test_nan_loss_stops_with_one_line_and_keeps_checkpoint(real_data_dir,
     value = reader.get_tensor(name)
     if np.issubdtype(np.asarray(value).dtype, np.floating):
       assert np.all(np.isfinite(value)), name
+
+
+def _save_other_checkpoint(directory, shapes):
+  """Saves a checkpoint of variables with the given {name: shape}."""
+  with tf.Graph().as_default():
+    global_step = tf1.train.get_or_create_global_step()
+    for name, shape in shapes.items():
+      tf1.get_variable(name, shape)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      tf1.train.Saver().save(sess, os.path.join(directory, 'model.ckpt'),
+                             global_step=global_step)
+
+
+def _model_checkpoint_shapes():
+  """{name in the checkpoint: shape} of what the evaluator restores."""
+  with tf.Graph().as_default():
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+    names = tf1.train.ExponentialMovingAverage(
+        cifar10.MOVING_AVERAGE_DECAY).variables_to_restore()
+    return {name: var.shape.as_list() for name, var in names.items()}
+
+
+@pytest.mark.parametrize('other', ['names', 'shapes'])
+def test_eval_of_another_models_checkpoint_is_one_line(fake_data_dir,
+                                                       tmp_path, other):
+  checkpoint_dir = str(tmp_path / 'other')
+  if other == 'names':
+    shapes = {'dense/kernel': [10, 10]}
+    wrong = 'it has no conv1/biases/ExponentialMovingAverage'
+  else:
+    shapes = _model_checkpoint_shapes()
+    name = 'local3/weights/ExponentialMovingAverage'
+    assert shapes[name] == [2304, 384]
+    shapes[name] = [4096, 384]
+    wrong = '%s is [4096, 384] there, [2304, 384] here' % name
+  _save_other_checkpoint(checkpoint_dir, shapes)
+  for run_once in ('--run_once', '--norun_once'):
+    result = run_script('cifar10_eval.py', run_once,
+                        '--data_dir=' + fake_data_dir,
+                        '--checkpoint_dir=' + checkpoint_dir,
+                        '--eval_dir=' + str(tmp_path / 'eval'), timeout=120)
+    assert result.returncode == 1
+    assert error_lines(result.stderr) == [
+        "Error: Checkpoint %s/model.ckpt-0 is not this model's: %s. Point "
+        "--checkpoint_dir at a --train_dir of this project's trainers."
+        % (checkpoint_dir, wrong)]

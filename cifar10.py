@@ -166,9 +166,9 @@ def inference(images):
     # local3
     with tf1.variable_scope('local3') as scope:
       # Move everything into depth so we can perform a single matrix multiply.
-      batch_size = images.get_shape()[0]
-      reshape = tf.reshape(pool2, [batch_size, -1])
-      dim = reshape.get_shape()[1]
+      # (Any batch size: the exported model takes a batch of any length.)
+      dim = int(np.prod(pool2.get_shape()[1:]))
+      reshape = tf.reshape(pool2, [-1, dim])
       weights = _variable_with_weight_decay('weights', shape=[dim, 384],
                                             stddev=0.04, wd=0.004)
       biases = _variable_on_cpu('biases', [384],
@@ -416,6 +416,21 @@ def inputs(eval_data):
       eval_data=eval_data, data_dir=flag('data_dir'),
       batch_size=flag('batch_size'))
   return tf.cast(images, _dtype()), labels
+
+
+def image_file_inputs(contents):
+  """The model's input from a batch of image files (any size and format).
+
+  Args:
+    contents: a [batch] string tensor of JPEG, PNG, BMP or GIF files.
+
+  Returns:
+    images [batch, IMAGE_SIZE, IMAGE_SIZE, 3], prepared as inputs()
+    prepares the test images (see cifar10_input.image_from_file).
+  """
+  images = tf.map_fn(cifar10_input.image_from_file, contents,
+                     fn_output_signature=tf.float32)
+  return tf.cast(images, _dtype())
 
 
 def maybe_download_and_extract():

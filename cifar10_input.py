@@ -38,6 +38,8 @@ IMAGE_SIZE = 24
 
 # Global constants describing the CIFAR-10 data set.
 NUM_CLASSES = 10
+CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
+               'horse', 'ship', 'truck')
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = 10000
 
@@ -168,6 +170,40 @@ def eval_image(image):
   """
   image = tf.image.resize_with_crop_or_pad(image, IMAGE_SIZE, IMAGE_SIZE)
   return tf.image.per_image_standardization(image)
+
+
+def image_from_file(contents):
+  """Brings an image file of any size to the model's input, as eval_image.
+
+  Decodes JPEG, PNG, BMP or GIF (its first frame) to RGB (grey is
+  repeated, alpha dropped), scales it, keeping the aspect ratio, so that
+  its shorter side is 32 pixels, crops the central 32x32 (a CIFAR-10
+  image) and then, as eval_image, the central 24x24, and standardizes it.
+  A 32x32 image is used as it is.
+
+  Args:
+    contents: a scalar string tensor, the file's bytes.
+
+  Returns:
+    A float32 [24, 24, 3] image.
+  """
+  image = tf.io.decode_image(contents, channels=DEPTH, dtype=tf.uint8,
+                             expand_animations=False)
+  image = tf.cast(image, tf.float32)
+
+  # Halve large images first: each bilinear halving averages 2x2 blocks, so
+  # fine detail does not alias (with ops TFLite has).
+  def halve(image):
+    return tf.image.resize(image, tf.shape(image)[:2] // 2)
+  image, = tf.while_loop(
+      lambda image: tf.reduce_min(tf.shape(image)[:2]) >= 2 * HEIGHT, halve,
+      [image], shape_invariants=[tf.TensorShape([None, None, DEPTH])])
+  size = tf.cast(tf.shape(image)[:2], tf.float32)
+  scaled = tf.cast(tf.round(size * (HEIGHT / tf.reduce_min(size))), tf.int32)
+  image = tf.cond(tf.reduce_all(tf.equal(scaled, tf.shape(image)[:2])),
+                  lambda: image, lambda: tf.image.resize(image, scaled))
+  image = tf.image.resize_with_crop_or_pad(image, HEIGHT, WIDTH)
+  return eval_image(image)
 
 
 def _dataset(filenames, preprocess, batch_size, shuffle_buffer,

@@ -1,0 +1,220 @@
+"""Classifies your own images with the trained model; exports it as a SavedModel.
+
+Restores the moving-average weights of the latest checkpoint in
+--checkpoint_dir (as cifar10_eval.py does), brings every image to the
+model's input the way the evaluator prepares the test images (any size:
+scaled to 32x32 keeping the aspect ratio, then the central 24x24,
+standardized) and prints one line per image: its path, then its
+--top_k classes with their probabilities.
+
+Usage:
+  python cifar10_predict.py cat.jpg photos/ --checkpoint_dir=/tmp/cifar10_train
+  photos/dog.png: dog 0.912, cat 0.051, horse 0.013
+
+Directories are walked for .jpg, .jpeg, .png, .bmp and .gif files. A file
+that cannot be read or decoded gets one `Error:` line; the others are
+still classified, and the exit status is 1.
+
+  python cifar10_predict.py --export_dir=/tmp/cifar10_saved_model
+
+writes a SavedModel whose 'serving_default' signature takes `images`, a
+batch of encoded image files (strings), and returns `probabilities`
+[batch, 10], `classes` (the top class) and `class_names`; it loads with
+tf.saved_model.load and in TF Serving, without this repository.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import os
+import shutil
+import sys
+import tempfile
+
+import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_eval
+import cifar10_input
+import cifar10_session
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+flags.DEFINE_integer('top_k', 3, 'How many classes to print per image.',
+                     lower_bound=1, upper_bound=cifar10.NUM_CLASSES)
+flags.DEFINE_string('export_dir', None,
+                    'Write a SavedModel of the moving-average model to this '
+                    'new directory.')
+flags.declare_key_flag('checkpoint_dir')  # cifar10_eval.py's.
+flags.adopt_module_key_flags(cifar10)
+
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif')
+
+
+def image_paths(args):
+  """Expands the command line's files and directories into image files.
+
+  Args:
+    args: paths of files and directories.
+
+  Returns:
+    paths: the files to classify, directories walked in sorted order.
+    errors: one message for each directory without an image file.
+  """
+  paths, errors = [], []
+  for arg in args:
+    if not os.path.isdir(arg):
+      paths.append(arg)
+      continue
+    found = sorted(
+        os.path.join(root, name)
+        for root, _, names in os.walk(arg) for name in names
+        if name.lower().endswith(IMAGE_EXTENSIONS))
+    if not found:
+      errors.append('%s: no %s files in it.' % (arg, ', '.join(
+          IMAGE_EXTENSIONS)))
+    paths.extend(found)
+  return paths, errors
+
+
+class Classifier(object):
+  """The model on a batch of encoded images, with the moving-average weights.
+
+  Attributes:
+    images: the [batch] string placeholder of encoded image files.
+    outputs: {'probabilities', 'classes', 'class_names'} tensors.
+    session: the session holding the restored weights.
+  """
+
+  def __init__(self, checkpoint_path):
+    self.graph = tf.Graph()
+    with self.graph.as_default():
+      self.images = tf1.placeholder(tf.string, [None], name='images')
+      logits = tf.cast(
+          cifar10.inference(cifar10.image_file_inputs(self.images)),
+          tf.float32)
+      classes = tf.argmax(logits, axis=1, name='classes')
+      self.outputs = {
+          'probabilities': tf.nn.softmax(logits, name='probabilities'),
+          'classes': classes,
+          'class_names': tf.gather(tf.constant(cifar10_input.CLASS_NAMES),
+                                   classes, name='class_names'),
+      }
+      variables = cifar10_eval.moving_average_variables()
+      cifar10_eval.check_checkpoint(checkpoint_path, variables)
+      self.session = tf1.Session()
+      tf1.train.Saver(variables).restore(self.session, checkpoint_path)
+
+  def probabilities(self, contents):
+    """Returns the [len(contents), 10] probabilities of encoded images."""
+    return self.session.run(self.outputs['probabilities'],
+                            {self.images: contents})
+
+  def export(self, export_dir):
+    """Writes the model as a SavedModel, whole or not at all.
+
+    Args:
+      export_dir: a directory that does not exist yet.
+    """
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix='.export-', dir=parent)
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel('ERROR')  # TF2's notes that these are TF1 APIs.
+    try:
+      builder = tf1.saved_model.Builder(os.path.join(staging, 'model'))
+      with self.graph.as_default():
+        signature = tf1.saved_model.predict_signature_def(
+            inputs={'images': self.images}, outputs=self.outputs)
+        builder.add_meta_graph_and_variables(
+            self.session, [tf1.saved_model.SERVING], strip_default_attrs=True,
+            signature_def_map={'serving_default': signature})
+      builder.save()
+      os.rename(os.path.join(staging, 'model'), export_dir)
+    finally:
+      logger.setLevel(level)
+      shutil.rmtree(staging, ignore_errors=True)
+
+
+def _read(path):
+  """Returns a file's bytes, or raises IOError with a short reason."""
+  try:
+    with tf.io.gfile.GFile(path, 'rb') as f:
+      return f.read()
+  except tf.errors.OpError as e:
+    raise IOError(e.message.split(';')[-1].strip())
+
+
+def classify(classifier, paths):
+  """Prints each image's top classes, --batch_size images at a time.
+
+  Args:
+    classifier: the Classifier.
+    paths: image files.
+
+  Returns:
+    The number of files that could not be read or decoded.
+  """
+  failed = 0
+  for start in range(0, len(paths), FLAGS.batch_size):
+    batch = []
+    for path in paths[start:start + FLAGS.batch_size]:
+      try:
+        batch.append((path, _read(path)))
+      except IOError as e:
+        sys.stderr.write('Error: %s: cannot read it: %s.\n' % (path, e))
+        failed += 1
+    try:
+      results = zip(batch, classifier.probabilities([c for _, c in batch]))
+    except tf.errors.InvalidArgumentError:
+      # A file that does not decode: one at a time, to name it.
+      results = []
+      for path, contents in batch:
+        try:
+          results.append(((path, contents),
+                          classifier.probabilities([contents])[0]))
+        except tf.errors.InvalidArgumentError:
+          sys.stderr.write('Error: %s: not an image TensorFlow can decode '
+                           '(JPEG, PNG, BMP or GIF).\n' % path)
+          failed += 1
+    for (path, _), probabilities in results:
+      top = np.argsort(-probabilities, kind='stable')[:FLAGS.top_k]
+      print('%s: %s' % (path, ', '.join(
+          '%s %.3f' % (cifar10_input.CLASS_NAMES[c], probabilities[c])
+          for c in top)))
+    sys.stdout.flush()
+  return failed
+
+
+def main(argv):
+  paths, errors = image_paths(argv[1:])
+  if not paths and not FLAGS.export_dir:
+    raise cifar10_session.UsageError(
+        'Give image files or directories to classify, or --export_dir.%s'
+        % (' ' + ' '.join(errors) if errors else ''))
+  if FLAGS.export_dir and tf.io.gfile.exists(FLAGS.export_dir):
+    raise cifar10_session.UsageError(
+        '--export_dir=%s exists: give a new directory for the SavedModel.'
+        % FLAGS.export_dir)
+  checkpoint_path = tf1.train.latest_checkpoint(FLAGS.checkpoint_dir)
+  if checkpoint_path is None:
+    raise cifar10_session.UsageError(
+        'No checkpoint file found in %s. Train first (cifar10_train.py) or '
+        'give --checkpoint_dir.' % FLAGS.checkpoint_dir)
+  classifier = Classifier(checkpoint_path)
+  for error in errors:
+    sys.stderr.write('Error: %s\n' % error)
+  failed = classify(classifier, paths) + len(errors)
+  if FLAGS.export_dir:
+    classifier.export(FLAGS.export_dir)
+    print('Exported the model of %s to %s.' % (checkpoint_path,
+                                               FLAGS.export_dir))
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  cifar10_session.run_main(main, takes_arguments=True)

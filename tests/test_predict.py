@@ -1,0 +1,173 @@
+"""cifar10_predict.py: the user's images classified as the evaluator would,
+one line per bad file, and an exported SavedModel that stands alone."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from absl.testing import flagsaver
+import numpy as np
+from PIL import Image
+import pytest
+import tensorflow as tf
+
+import cifar10
+import cifar10_eval
+import cifar10_input
+from conftest import REPO, error_lines, run_script
+
+tf1 = tf.compat.v1
+
+NUM_IMAGES = 40
+LINE = re.compile(r'^(\S+): (\w+) (\d\.\d{3}), (\w+) (\d\.\d{3}), '
+                  r'(\w+) (\d\.\d{3})$', re.M)
+
+
+@pytest.fixture(scope='module')
+def checkpoint_dir(real_data_dir, tmp_path_factory):
+  train_dir = str(tmp_path_factory.mktemp('predict') / 'train')
+  result = run_script('cifar10_train.py', '--data_dir=' + real_data_dir,
+                      '--train_dir=' + train_dir, '--batch_size=32',
+                      '--max_steps=80')
+  assert result.returncode == 0, result.stderr[-2000:]
+  return train_dir
+
+
+@pytest.fixture(scope='module')
+def test_records(real_data_dir):
+  """The first test records: (labels, uint8 [n, 32, 32, 3] images)."""
+  path = os.path.join(real_data_dir, cifar10_input.BATCHES_DIR,
+                      cifar10_input.TEST_FILES[0])
+  records = np.fromfile(path, dtype=np.uint8).reshape(
+      -1, cifar10_input.RECORD_BYTES)[:NUM_IMAGES]
+  images = records[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+  return records[:, 0], images
+
+
+@pytest.fixture(scope='module')
+def evaluator_probabilities(real_data_dir, checkpoint_dir):
+  """The evaluator's graph on the same records: softmax of its logits."""
+  with flagsaver.flagsaver(data_dir=real_data_dir, batch_size=NUM_IMAGES), \
+      tf.Graph().as_default():
+    images, _ = cifar10.inputs(eval_data=True)
+    logits = cifar10.inference(images)
+    saver = tf1.train.Saver(cifar10_eval.moving_average_variables())
+    with tf1.Session() as sess:
+      saver.restore(sess, tf.train.latest_checkpoint(checkpoint_dir))
+      return sess.run(tf.nn.softmax(tf.cast(logits, tf.float32)))
+
+
+@pytest.fixture(scope='module')
+def png_dir(test_records, tmp_path_factory):
+  directory = tmp_path_factory.mktemp('pngs')
+  for i, image in enumerate(test_records[1]):
+    Image.fromarray(image).save(str(directory / ('%02d.png' % i)))
+  return str(directory)
+
+
+def _predictions(stdout):
+  """{path: [(class name, probability)] * 3} from the script's lines."""
+  return {m.group(1): [(m.group(i), float(m.group(i + 1)))
+                       for i in (2, 4, 6)]
+          for m in LINE.finditer(stdout)}
+
+
+def test_classifies_as_the_evaluator_and_names_bad_files(
+    checkpoint_dir, png_dir, evaluator_probabilities, tmp_path):
+  not_image = tmp_path / 'notes.png'
+  not_image.write_text('not an image')
+  missing = str(tmp_path / 'missing.jpg')
+  result = run_script('cifar10_predict.py', png_dir, str(not_image), missing,
+                      '--checkpoint_dir=' + checkpoint_dir, '--batch_size=16')
+  assert result.returncode == 1
+  assert sorted(error_lines(result.stderr)) == sorted([
+      'Error: %s: cannot read it: No such file or directory.' % missing,
+      'Error: %s: not an image TensorFlow can decode (JPEG, PNG, BMP or '
+      'GIF).' % not_image])
+  predictions = _predictions(result.stdout)
+  assert len(predictions) == NUM_IMAGES
+  for i in range(NUM_IMAGES):
+    top = predictions[os.path.join(png_dir, '%02d.png' % i)]
+    expected = evaluator_probabilities[i]
+    assert top[0][0] == cifar10_input.CLASS_NAMES[np.argmax(expected)]
+    for name, probability in top:
+      assert probability == pytest.approx(
+          expected[cifar10_input.CLASS_NAMES.index(name)], abs=6e-4)
+
+
+def test_any_size_and_format(checkpoint_dir, test_records, tmp_path):
+  image = test_records[1][0]
+  big = Image.fromarray(image).resize((640, 480), Image.BILINEAR)
+  files = {
+      'big.jpg': big, 'grey.jpg': Image.fromarray(image).convert('L'),
+      'rgba.png': Image.fromarray(image).convert('RGBA'),
+      'image.bmp': Image.fromarray(image), 'image.gif': Image.fromarray(image),
+      'tiny.png': Image.fromarray(image).resize((16, 12))}
+  for name, picture in files.items():
+    picture.save(str(tmp_path / name))
+  result = run_script('cifar10_predict.py', str(tmp_path), '--top_k=3',
+                      '--checkpoint_dir=' + checkpoint_dir)
+  assert result.returncode == 0, result.stderr[-2000:]
+  predictions = _predictions(result.stdout)
+  assert sorted(os.path.basename(p) for p in predictions) == sorted(files)
+  for top in predictions.values():
+    assert sum(p for _, p in top) <= 1.001
+  # The same pixels, losslessly, classify the same.
+  assert (predictions[str(tmp_path / 'rgba.png')] ==
+          predictions[str(tmp_path / 'image.bmp')])
+
+
+def test_nothing_to_do_is_one_line(checkpoint_dir, tmp_path):
+  result = run_script('cifar10_predict.py', str(tmp_path),
+                      '--checkpoint_dir=' + checkpoint_dir)
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == [
+      'Error: Give image files or directories to classify, or --export_dir. '
+      '%s: no .jpg, .jpeg, .png, .bmp, .gif files in it.' % tmp_path]
+
+
+# Loads the SavedModel in eager TensorFlow 2, as a user without this
+# repository would, and converts it for TFLite.
+LOAD = """
+import json, sys
+import tensorflow as tf
+classify = tf.saved_model.load(sys.argv[1]).signatures['serving_default']
+files = [open(path, 'rb').read() for path in sys.argv[2:]]
+out = classify(images=tf.constant(files))
+converter = tf.lite.TFLiteConverter.from_saved_model(sys.argv[1])
+converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS,
+                                       tf.lite.OpsSet.SELECT_TF_OPS]
+print(json.dumps({'probabilities': out['probabilities'].numpy().tolist(),
+                  'classes': out['classes'].numpy().tolist(),
+                  'class_names': [n.decode() for n in out['class_names'].numpy()],
+                  'tflite_bytes': len(converter.convert())}))
+"""
+
+
+def test_exported_saved_model_stands_alone(checkpoint_dir, png_dir,
+                                           evaluator_probabilities, tmp_path):
+  export_dir = str(tmp_path / 'saved_model')
+  result = run_script('cifar10_predict.py', '--export_dir=' + export_dir,
+                      '--checkpoint_dir=' + checkpoint_dir)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert os.path.exists(os.path.join(export_dir, 'saved_model.pb'))
+  again = run_script('cifar10_predict.py', '--export_dir=' + export_dir,
+                     '--checkpoint_dir=' + checkpoint_dir)
+  assert error_lines(again.stderr) == [
+      'Error: --export_dir=%s exists: give a new directory for the '
+      'SavedModel.' % export_dir]
+
+  paths = [os.path.join(png_dir, '%02d.png' % i) for i in range(NUM_IMAGES)]
+  loaded = subprocess.run([sys.executable, '-c', LOAD, export_dir] + paths,
+                          cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=600)
+  assert loaded.returncode == 0, loaded.stderr[-3000:]
+  out = json.loads(loaded.stdout.splitlines()[-1])
+  np.testing.assert_allclose(out['probabilities'], evaluator_probabilities,
+                             atol=1e-5)
+  assert out['classes'] == np.argmax(evaluator_probabilities, 1).tolist()
+  assert out['class_names'] == [cifar10_input.CLASS_NAMES[c]
+                                for c in out['classes']]
+  assert out['tflite_bytes'] > 1000000

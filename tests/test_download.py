@@ -1,4 +1,5 @@
-"""cifar10_input.maybe_download_and_extract against a local HTTP server and file:// URLs."""
+"""cifar10_input.maybe_download_and_extract against a local HTTP server
+and file:// URLs."""
 
 import hashlib
 import http.server

@@ -7,22 +7,25 @@ drifts slows every row alike. Each row reports the median examples/sec
 over its windows with their spread (min..max).
 
 Rows:
-  train       cifar10_train.py's train_op in a plain session
-  multi1      cifar10_multi_gpu_train.py's train_op, 1 tower
-  multi2      cifar10_multi_gpu_train.py's train_op, 2 towers
-  input       the distorted input pipeline alone
-  eval        cifar10_eval.py's forward pass and in_top_k
-  keras_fit   the same model in Keras, model.fit on a tf.data pipeline
-              with the same preprocessing
-  keras_loop  the same Keras model, a custom tf.function train step
+  train            cifar10_train.py's train_op in a plain session
+  train_bf16       the same with --use_bf16
+  multi1           cifar10_multi_gpu_train.py's train_op, 1 tower
+  multi2           cifar10_multi_gpu_train.py's train_op, 2 towers
+  input            the distorted input pipeline alone
+  eval             cifar10_eval.py's forward pass and in_top_k
+  keras_fit        the same model in Keras, model.fit on a tf.data
+                   pipeline with the same preprocessing
+  keras_loop       the same Keras model, a custom tf.function train step
+  keras_fit_bf16   keras_fit under Keras' mixed_bfloat16 policy
+  keras_loop_bf16  keras_loop under mixed_bfloat16
 
 Training rows also show GFLOP/s (convolution and matmul flops of a
 training step) against the peak of a 4096x4096 float32 matmul measured
 first in the same run, and the table shows ours / Keras. With
 --profile_steps, the train row's op time per step follows, by layer and
 op, from the step stats of traced steps.
-The model flags (--use_fp16, --data_format, --xla) and
---variable_update apply to our rows.
+The model flags (--use_bf16, --use_fp16, --data_format, --xla) and
+--variable_update apply to our rows; --keras_jit_compile to Keras'.
 
 Usage:
   python benchmark.py --data_dir=/tmp/cifar10_data
@@ -50,13 +53,16 @@ tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-ROWS = ['train', 'multi1', 'multi2', 'input', 'eval', 'keras_fit',
-        'keras_loop']
+ROWS = ['train', 'train_bf16', 'multi1', 'multi2', 'input', 'eval',
+        'keras_fit', 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16']
 flags.DEFINE_list('rows', ROWS, 'Rows to run, from %s.' % ', '.join(ROWS))
 flags.DEFINE_integer('steps', 50, 'Steps per timed window.', lower_bound=1)
 flags.DEFINE_integer('windows', 5, 'Timed windows per row.', lower_bound=1)
 flags.DEFINE_integer('warmup', 20, 'Untimed steps before the windows.',
                      lower_bound=0)
+flags.DEFINE_enum('keras_jit_compile', 'auto', ['auto', 'true', 'false'],
+                  'jit_compile of the Keras rows (auto: Keras decides; it '
+                  'compiles nothing on machines without GPUs).')
 flags.DEFINE_integer('profile_steps', 0,
                      'Steps of the train row to trace for the op profile; '
                      '0 for none.', lower_bound=0)
@@ -141,17 +147,27 @@ def _timed_graph(builder):
 def profile_train(steps):
   """Traces steps of the train row after --warmup untimed ones.
 
+  The ops run one at a time (each still on all cores), so that their
+  times add up to the step's and none is slowed by another running beside
+  it; on this project's machine that costs the step no speed.
+
   Args:
     steps: how many steps to trace.
 
   Returns:
-    A list of ((layer, op type), milliseconds of op time per step), the
-    largest first. The layer is the first scope of the op's name, its
-    gradient's included; op time adds up the ops that run at once.
+    A list of ((layer, op type), milliseconds per step), the largest
+    first. The layer is the first scope of the op's name, its gradient's
+    included.
   """
+  def one_op_at_a_time():
+    train_op, examples, config, init = _single_tower()
+    config.inter_op_parallelism_threads = 1
+    config.use_per_session_threads = True  # Not the pool the rows share.
+    return train_op, examples, config, init
+
   totals = collections.Counter()
   options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
-  sess, train_op, _ = _graph_row(_single_tower)
+  sess, train_op, _ = _graph_row(one_op_at_a_time)
   with sess:
     for _ in range(FLAGS.warmup):
       sess.run(train_op)
@@ -174,6 +190,18 @@ def _single_tower():
   return train_op, FLAGS.batch_size, cifar10_session.session_config(), None
 
 
+def _in_bf16(builder):
+  """Returns builder, building with --use_bf16 set."""
+  def build():
+    saved = FLAGS.use_bf16
+    FLAGS.use_bf16 = True
+    try:
+      return builder()
+    finally:
+      FLAGS.use_bf16 = saved
+  return build
+
+
 def _multi(num_towers):
   graph, config = multi.build_graph(num_towers)
   return (graph.train_op, FLAGS.batch_size * num_towers, config,
@@ -188,11 +216,17 @@ def _eval():
   return cifar10_eval.correct_predictions(True), FLAGS.batch_size, None, None
 
 
-def keras_model():
+def keras_model(policy='float32'):
   """The tutorial's model written the usual Keras way.
 
   Same layers, initializers, weight decay (Keras' l2 is sum(w**2), TF's
-  l2_loss half that) and LRN (tf.nn.lrn in a Lambda layer).
+  l2_loss half that) and LRN (tf.nn.lrn in a Lambda layer, in float32:
+  it has no bfloat16 kernel on CPUs).
+
+  Args:
+    policy: the Keras dtype policy of every layer: 'float32' or
+      'mixed_bfloat16' (float32 variables, bfloat16 compute; the logits
+      come out in float32).
 
   Returns:
     An uncompiled tf.keras.Model taking [batch, 24, 24, 3] images.
@@ -201,29 +235,39 @@ def keras_model():
   def normal(stddev):
     return tf.keras.initializers.TruncatedNormal(stddev=stddev)
   def lrn():
-    return layers.Lambda(lambda x: tf.nn.lrn(
-        x, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75))
+    return layers.Lambda(lambda x: tf.cast(tf.nn.lrn(
+        tf.cast(x, tf.float32), 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75),
+                                           x.dtype), dtype=policy)
   decay = tf.keras.regularizers.l2(0.004 / 2)
   constant = tf.keras.initializers.Constant
   return tf.keras.Sequential([
       tf.keras.Input((cifar10.IMAGE_SIZE, cifar10.IMAGE_SIZE, 3)),
       layers.Conv2D(64, 5, padding='same', activation='relu',
-                    kernel_initializer=normal(5e-2)),
-      layers.MaxPool2D(3, 2, padding='same'),
+                    kernel_initializer=normal(5e-2), dtype=policy),
+      layers.MaxPool2D(3, 2, padding='same', dtype=policy),
       lrn(),
       layers.Conv2D(64, 5, padding='same', activation='relu',
                     kernel_initializer=normal(5e-2),
-                    bias_initializer=constant(0.1)),
+                    bias_initializer=constant(0.1), dtype=policy),
       lrn(),
-      layers.MaxPool2D(3, 2, padding='same'),
-      layers.Flatten(),
+      layers.MaxPool2D(3, 2, padding='same', dtype=policy),
+      layers.Flatten(dtype=policy),
       layers.Dense(384, activation='relu', kernel_initializer=normal(0.04),
-                   bias_initializer=constant(0.1), kernel_regularizer=decay),
+                   bias_initializer=constant(0.1), kernel_regularizer=decay,
+                   dtype=policy),
       layers.Dense(192, activation='relu', kernel_initializer=normal(0.04),
-                   bias_initializer=constant(0.1), kernel_regularizer=decay),
-      layers.Dense(cifar10.NUM_CLASSES,
-                   kernel_initializer=normal(1 / 192.0)),
+                   bias_initializer=constant(0.1), kernel_regularizer=decay,
+                   dtype=policy),
+      layers.Dense(cifar10.NUM_CLASSES, kernel_initializer=normal(1 / 192.0),
+                   dtype=policy),
+      layers.Activation('linear', dtype='float32'),
   ])
+
+
+def _keras_jit_compile():
+  """--keras_jit_compile as Keras' compile() takes it."""
+  return {'auto': 'auto', 'true': True, 'false': False}[
+      FLAGS.keras_jit_compile]
 
 
 def _keras_dataset():
@@ -231,18 +275,22 @@ def _keras_dataset():
       FLAGS.data_dir, FLAGS.batch_size, tf.data.AUTOTUNE)
 
 
-def _keras_fit():
+def _keras_fit(policy):
   """model.fit, a call per window, timed by a callback at each batch end.
+
+  Args:
+    policy: the Keras dtype policy (see keras_model).
 
   Returns:
     (timer, examples per step): the timer runs n + 1 steps in one fit call
     and returns the seconds from the end of its first step to the end of
     its last, so the call's set-up is not timed.
   """
-  model = keras_model()
+  model = keras_model(policy)
   model.compile(
       optimizer=tf.keras.optimizers.SGD(FLAGS.initial_learning_rate),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      jit_compile=_keras_jit_compile())
   dataset = _keras_dataset()
   ends = []
 
@@ -260,18 +308,21 @@ def _keras_fit():
   return timer, FLAGS.batch_size
 
 
-def _keras_loop():
+def _keras_loop(policy):
   """A custom tf.function train step over the same Keras model.
+
+  Args:
+    policy: the Keras dtype policy (see keras_model).
 
   Returns:
     (timer, examples per step).
   """
-  model = keras_model()
+  model = keras_model(policy)
   opt = tf.keras.optimizers.SGD(FLAGS.initial_learning_rate)
   cross_entropy = tf.keras.losses.SparseCategoricalCrossentropy(
       from_logits=True)
 
-  @tf.function
+  @tf.function(jit_compile=_keras_jit_compile() is True)
   def train_step(images, labels):
     with tf.GradientTape() as tape:
       logits = model(images, training=True)
@@ -288,6 +339,8 @@ def _keras_loop():
 BUILDERS = {
     'train': ('cifar10_train.py graph, 1 tower',
               lambda: _timed_graph(_single_tower)),
+    'train_bf16': ('cifar10_train.py graph, 1 tower, --use_bf16',
+                   lambda: _timed_graph(_in_bf16(_single_tower))),
     'multi1': ('cifar10_multi_gpu_train.py graph, 1 tower',
                lambda: _timed_graph(lambda: _multi(1))),
     'multi2': ('cifar10_multi_gpu_train.py graph, 2 towers',
@@ -296,18 +349,25 @@ BUILDERS = {
               lambda: _timed_graph(_input)),
     'eval': ('eval forward pass + in_top_k',
              lambda: _timed_graph(_eval)),
-    'keras_fit': ('Keras model.fit, same model and data', _keras_fit),
-    'keras_loop': ('Keras model, custom tf.function step', _keras_loop),
+    'keras_fit': ('Keras model.fit, same model and data',
+                  lambda: _keras_fit('float32')),
+    'keras_loop': ('Keras model, custom tf.function step',
+                   lambda: _keras_loop('float32')),
+    'keras_fit_bf16': ('Keras model.fit, mixed_bfloat16',
+                       lambda: _keras_fit('mixed_bfloat16')),
+    'keras_loop_bf16': ('Keras custom step, mixed_bfloat16',
+                        lambda: _keras_loop('mixed_bfloat16')),
 }
-TRAINING_ROWS = ('train', 'multi1', 'multi2', 'keras_fit', 'keras_loop')
+TRAINING_ROWS = ('train', 'train_bf16', 'multi1', 'multi2', 'keras_fit',
+                 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16')
 
 
 def _print_profile(profile):
   """Prints profile_train's result: the ops that take 1% or more."""
   total = sum(ms for _, ms in profile)
   print()
-  print('train row op time: %.1f ms per step over %d traced steps'
-        % (total, FLAGS.profile_steps))
+  print('train row op time, one op at a time: %.1f ms per step over %d '
+        'traced steps' % (total, FLAGS.profile_steps))
   for (layer, op_type), ms in profile:
     if ms >= total / 100:
       print('%8.2f ms %5.1f%%  %-24s %s' % (ms, 100 * ms / total, layer,
@@ -317,8 +377,13 @@ def _print_profile(profile):
 def main(argv=None):  # pylint: disable=unused-argument
   unknown = set(FLAGS.rows) - set(ROWS)
   if unknown:
-    raise cifar10_session.UsageError('Unknown --rows %s; choose from %s.'
-                             % (','.join(sorted(unknown)), ','.join(ROWS)))
+    raise cifar10_session.UsageError(
+        'Unknown --rows %s; choose from %s.'
+        % (','.join(sorted(unknown)), ','.join(ROWS)))
+  if FLAGS.use_fp16 and 'train_bf16' in FLAGS.rows:
+    raise cifar10_session.UsageError(
+        'The train_bf16 row computes in bfloat16: leave it out of --rows '
+        'with --use_fp16.')
   cifar10.maybe_download_and_extract()
   peak = matmul_peak()
   flops = train_flops_per_example()
@@ -358,9 +423,12 @@ def main(argv=None):  # pylint: disable=unused-argument
   print('| --- | --- | ---: | --- | --- |')
   for line in lines:
     print('| %s | %s | %.1f | %.1f..%.1f | %s |' % line)
-  for keras in ('keras_fit', 'keras_loop'):
-    if keras in medians and 'train' in medians:
-      print('train / %s = %.2fx' % (keras, medians['train'] / medians[keras]))
+  for ours in ('train', 'train_bf16'):
+    for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
+                  'keras_loop_bf16'):
+      if ours in medians and keras in medians:
+        print('%s / %s = %.2fx' % (ours, keras,
+                                   medians[ours] / medians[keras]))
   if FLAGS.profile_steps:
     _print_profile(profile_train(FLAGS.profile_steps))
 

@@ -213,9 +213,6 @@ def _lrn_band(channels, scale):
 def _lrn_rows(x):
   """LRN over the last axis of a [rows, channels] float32 matrix.
 
-  Args:
-    x: a [rows, channels] float32 tensor.
-
   Returns:
     The normalized rows, and the function that maps their gradient to x's.
   """
@@ -284,11 +281,10 @@ def _dtype():
 
 def _has_bf16_units():
   """Returns whether this CPU has bfloat16 units or a GPU is visible."""
-  try:
+  cpu_flags = set()
+  if os.path.exists('/proc/cpuinfo'):
     with open('/proc/cpuinfo') as f:
       cpu_flags = set(f.read().split())
-  except OSError:
-    cpu_flags = set()
   return bool(cpu_flags & {'avx512_bf16', 'amx_bf16'} or
               tf.config.list_physical_devices('GPU'))
 
@@ -314,10 +310,7 @@ def data_format():
 
 
 def compile_scope():
-  """Returns the scope to build the model in: XLA-compiled with --xla.
-
-  The gradients of ops built in it are compiled too.
-  """
+  """The scope to build the model in: XLA, gradients included, with --xla."""
   if flag('xla'):
     return tf1.xla.experimental.jit_scope()
   return contextlib.nullcontext()
@@ -354,22 +347,13 @@ def scalar_summary(tag, value):
   tf.summary.scalar would prefix the current name scope (a tower's
   'tower_i/') and uniquify the tag; the raw op keeps it as given, while the
   op itself stays in the scope, so a trainer can pick one tower's summaries.
-
-  Args:
-    tag: the TensorBoard tag.
-    value: a scalar tensor.
   """
   tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
                         tf.raw_ops.ScalarSummary(tags=tag, values=value))
 
 
 def histogram_summary(tag, values):
-  """Adds a histogram summary tagged exactly `tag` (see scalar_summary).
-
-  Args:
-    tag: the TensorBoard tag.
-    values: a tensor.
-  """
+  """Adds a histogram summary tagged exactly `tag` (see scalar_summary)."""
   tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
                         tf.raw_ops.HistogramSummary(tag=tag, values=values))
 
@@ -505,18 +489,12 @@ def learning_rate(global_step, examples_per_step):
 
 
 def optimizer(lr):
-  """The tutorial's gradient descent; with --use_fp16, with loss scaling.
+  """The tutorial's gradient descent at lr; with --use_fp16, loss scaling.
 
   Float16 gradients of small values flush to zero: the loss is multiplied
   by the loss scale before the gradients are taken and they are divided by
   it after. A dynamic scale halves on an overflow (and that step is
   skipped) and doubles after 2000 good steps.
-
-  Args:
-    lr: the learning rate.
-
-  Returns:
-    A tf.compat.v1.train.Optimizer.
   """
   opt = tf1.train.GradientDescentOptimizer(lr)
   if not flag('use_fp16'):

@@ -1,12 +1,13 @@
 """The training session and the command line that the scripts share.
 
-Every script parses its flags and reports a user's mistake as one line
-through run_main; the trainers define their flags with
-define_trainer_flags and train with run_training, a
-MonitoredTrainingSession over --train_dir with the tutorial's hooks:
+Every script runs through run_main, which parses its flags, checks its
+directory flags and reports a user's mistake as one `Error:` line. The
+trainers define their flags with define_trainer_flags and train with
+run_training, a MonitoredTrainingSession over --train_dir with the
+tutorial's hooks:
 
   define_trainer_flags(max_steps=100000)
-  ...
+
   def main(argv):
     train_op, loss = ...  # built with cifar10.py
     run_training(train_op, loss, examples_per_step=FLAGS.batch_size,
@@ -14,12 +15,6 @@ MonitoredTrainingSession over --train_dir with the tutorial's hooks:
 
   if __name__ == '__main__':
     run_main(main)
-
-run_training resumes from the latest checkpoint, stops at --max_steps,
-logs `<datetime>: step N, loss = L (E examples/sec; S sec/batch)` every
---log_frequency steps, writes summaries and checkpoints, saves a
-checkpoint on SIGINT/SIGTERM, and stops on a NaN loss with the last good
-checkpoint as the resume point.
 """
 
 from __future__ import absolute_import
@@ -214,9 +209,6 @@ def _rewind_to_finite_checkpoint(train_dir):
   and a checkpoint may have been saved from them. Those checkpoints stay on
   disk but leave the checkpoint state, so a rerun resumes from good ones.
 
-  Args:
-    train_dir: the directory of the checkpoints.
-
   Returns:
     The path of that checkpoint, or None if there is none.
   """
@@ -235,14 +227,7 @@ def _rewind_to_finite_checkpoint(train_dir):
 
 
 def checkpoint_step(checkpoint_path):
-  """Returns the global step a checkpoint was saved at.
-
-  Args:
-    checkpoint_path: the checkpoint's path prefix, or None.
-
-  Returns:
-    Its global step; 0 for None.
-  """
+  """Returns the global step a checkpoint was saved at; 0 for None."""
   if checkpoint_path is None:
     return 0
   return int(tf.train.load_checkpoint(checkpoint_path).get_tensor(
@@ -271,18 +256,11 @@ def reached_max_steps(step, log_prefix=''):
 
 
 def _step_reached(master, is_chief, config):
-  """Returns the global step training resumes from, reading nothing new.
+  """Returns the global step training resumes from, writing nothing.
 
-  The chief reads it from the latest checkpoint in --train_dir; another
-  worker of a cluster from the variables the chief has set.
-
-  Args:
-    master: the TensorFlow server; '' for this process.
-    is_chief: whether this task is the chief.
-    config: the session config.
-
-  Returns:
-    The global step.
+  The chief reads it from the latest checkpoint in --train_dir (and at
+  --max_steps restores it into the cluster); another worker reads it from
+  the variables the chief has set. Arguments as run_training's.
   """
   if not is_chief:
     with tf1.Session(master, config=config) as sess:
@@ -299,11 +277,8 @@ def _step_reached(master, is_chief, config):
 def _lock_train_dir(train_dir):
   """Takes the lock that keeps a second trainer out of train_dir.
 
-  The lock is an flock on train_dir/LOCK_FILE, which the kernel releases
-  when the process ends, even by kill -9. The file names its holder.
-
-  Args:
-    train_dir: the training directory (local paths only are locked).
+  An flock on train_dir/LOCK_FILE, which names its holder; the kernel
+  releases it when the process ends, even by kill -9. Local paths only.
 
   Returns:
     The open lock file, to close when training ends, or None.
@@ -336,14 +311,8 @@ _FAILED_WRITE = re.compile(r'(\S+); ([^\n\[]+)')
 
 
 def _failed_write(error, train_dir):
-  """Reads a failed write into train_dir out of an error.
-
-  Removes what the failed write left half-written (a checkpoint's temporary
-  directory, a temporary file).
-
-  Args:
-    error: the exception training stopped with.
-    train_dir: the training directory.
+  """Reads a failed write into train_dir out of the error training stopped
+  with, and removes what it left half-written.
 
   Returns:
     (what, reason): what failed to be written, and why; or None if error
@@ -379,12 +348,8 @@ def _quiet_writer_thread_errors():
 
 
 def quiet_thread_errors(is_expected):
-  """Keeps the tracebacks of expected errors in threads off the console.
-
-  Args:
-    is_expected: a function of threading.excepthook's args, True for an
-      error not to print.
-  """
+  """Keeps the tracebacks of thread errors for which is_expected(args) (of
+  threading.excepthook) is True off the console."""
   default_hook = threading.excepthook
 
   def hook(args):
@@ -488,24 +453,15 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
 
 
 def session_config():
-  """Returns the session config of the trainers.
-
-  Returns:
-    A tf.compat.v1.ConfigProto with soft placement and, if asked for,
-    device placement logging.
-  """
+  """The trainers' ConfigProto: soft placement, placement logging if asked."""
   return tf1.ConfigProto(allow_soft_placement=True,
                          log_device_placement=FLAGS.log_device_placement)
 
 
 def _path_problem(path):
-  """Says what keeps path from being a directory to read or write, if anything.
+  """What keeps path from being a directory, as a phrase, or None.
 
-  Args:
-    path: a local path ('scheme://' paths are left to TensorFlow).
-
-  Returns:
-    The problem, as a phrase, or None.
+  'scheme://' paths are left to TensorFlow.
   """
   if '://' in path:
     return None

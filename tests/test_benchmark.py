@@ -42,12 +42,24 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
     assert 0 < low <= median <= high
     if row in benchmark.TRAINING_ROWS:
       assert re.match(r'\d+\.\d \(\d+%\)$', match.group(4)), match.group(4)
-  assert re.search(r'^train / keras_fit = \d+\.\d\dx$', out, re.M)
-  assert re.search(r'^train / keras_loop = \d+\.\d\dx$', out, re.M)
+  for ours in ('train', 'train_bf16'):
+    for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
+                  'keras_loop_bf16'):
+      assert re.search(r'^%s / %s = \d+\.\d\dx$' % (ours, keras), out, re.M)
   profile = out[out.index('train row op time'):].splitlines()[1:]
+  assert profile
   shares = [float(line.split()[2].rstrip('%')) for line in profile]
   assert 50 < sum(shares) <= 100.1
   layers = {tuple(line.split()[3:5]) for line in profile}
   # conv2's forward and both of its gradients are among the largest.
   assert sum(1 for layer, op in layers
              if layer == 'conv2' and 'Conv2D' in op) == 3, layers
+
+
+def test_keras_bf16_model_is_mixed_precision():
+  model = benchmark.keras_model('mixed_bfloat16')
+  convs = [l for l in model.layers if isinstance(l, tf.keras.layers.Conv2D)]
+  assert [l.compute_dtype for l in convs] == ['bfloat16', 'bfloat16']
+  assert {v.dtype for v in model.trainable_variables} == {'float32'}
+  logits = model(tf.zeros([2, 24, 24, 3]))
+  assert logits.dtype == tf.float32 and logits.shape == (2, 10)

@@ -1,7 +1,7 @@
-"""The GPU-ready options on CPU: same maths, and 50 steps of falling loss.
+"""The options for speed on CPU: same maths, and 50 steps of falling loss.
 
---use_fp16 (mixed precision), --data_format, --xla and the multi-GPU
-trainer's --variable_update=replicated.
+--use_bf16 and --use_fp16 (mixed precision), --data_format, --xla and the
+multi-GPU trainer's --variable_update=replicated.
 """
 
 import math
@@ -51,6 +51,7 @@ def _single_tower_losses(images, labels, steps=50, **flags):
     {'data_format': 'NHWC'},
     {'data_format': 'NCHW'},
     {'xla': True},
+    {'use_bf16': True},
     # Float16 convolutions are slow on CPUs: a small batch.
     {'use_fp16': True},
     {'use_fp16': True, 'loss_scale': '128'},
@@ -60,6 +61,43 @@ def test_option_trains_50_steps_with_finite_falling_loss(real_batches, flags):
   if flags.get('use_fp16'):
     images, labels = images[:2], labels[:2]
   _assert_finite_and_falling(_single_tower_losses(images, labels, **flags))
+
+
+def test_bf16_logits_are_close_to_float32_logits_of_the_same_weights(
+    real_batches):
+  images, _ = real_batches[0]
+  with tf.Graph().as_default():
+    float32 = cifar10.inference(tf.constant(images))
+    with flagsaver.flagsaver(use_bf16=True), \
+        tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+      bfloat16 = cifar10.inference(tf.constant(images, tf.bfloat16))
+    assert bfloat16.dtype == tf.bfloat16
+    # The same 10 float32 variables serve both.
+    assert len(tf1.trainable_variables()) == 10
+    assert all(v.dtype.base_dtype == tf.float32
+               for v in tf1.global_variables())
+    convs = [op for op in tf1.get_default_graph().get_operations()
+             if op.type == 'Conv2D']
+    assert sorted(op.inputs[1].dtype.name for op in convs) == [
+        'bfloat16', 'bfloat16', 'float32', 'float32']
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      a, b = sess.run([float32, tf.cast(bfloat16, tf.float32)])
+  # bfloat16 keeps 8 bits of mantissa: logits agree to about 1%.
+  assert np.abs(a - b).max() < 0.02 * np.abs(a).max() + 1e-3
+  assert not np.array_equal(a, b)
+
+
+def test_bf16_trains_two_towers_with_finite_falling_loss(real_batches):
+  with flagsaver.flagsaver(batch_size=8, use_bf16=True), \
+      tf.Graph().as_default():
+    graph, config = _multi_graph(real_batches[:2], 'parameter_server')
+    assert all(v.dtype.base_dtype in (tf.float32, tf.int64)
+               for v in tf1.global_variables())
+    with tf1.Session(config=config) as sess:
+      sess.run(tf1.global_variables_initializer())
+      losses = [sess.run([graph.train_op, graph.loss])[1] for _ in range(50)]
+  _assert_finite_and_falling(losses)
 
 
 def test_nchw_computes_the_same_logits_as_nhwc(real_batches):

@@ -212,3 +212,29 @@ def test_eval_of_another_models_checkpoint_is_one_line(fake_data_dir,
         "Error: Checkpoint %s/model.ckpt-0 is not this model's: %s. Point "
         "--checkpoint_dir at a --train_dir of this project's trainers."
         % (checkpoint_dir, wrong)]
+
+
+def test_bf16_checkpoint_is_float32_evaluates_and_resumes_either_way(
+    fake_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8']
+  first = run_script('cifar10_train.py', '--use_bf16', '--max_steps=10',
+                     *args)
+  assert first.returncode == 0, first.stderr[-2000:]
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(train_dir))
+  dtypes = reader.get_variable_to_dtype_map()
+  assert dtypes.pop('global_step') == tf.int64
+  assert set(dtypes.values()) == {tf.float32}
+  assert 'conv1/weights/ExponentialMovingAverage' in dtypes
+  for flag in ('--use_bf16', '--nouse_bf16'):
+    result = run_script('cifar10_eval.py', flag, '--run_once',
+                        '--data_dir=' + fake_data_dir, '--batch_size=8',
+                        '--num_examples=16', '--checkpoint_dir=' + train_dir,
+                        '--eval_dir=' + str(tmp_path / 'eval'))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert 'precision @ 1 = ' in result.stdout
+  resumed = run_script('cifar10_train.py', '--max_steps=15', *args)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert 'Resuming from %s/model.ckpt-10.' % train_dir in resumed.stdout
+  assert checkpoint_step(train_dir) == 15

@@ -68,6 +68,24 @@ def _finish(process, timeout):
   return process.returncode, out, err
 
 
+def _run_cluster(flags):
+  """Runs 1 ps and 2 workers to the end.
+
+  Returns:
+    (returncode, stdout, stderr) of worker 1, worker 0 and the ps task.
+  """
+  common = _hosts(_free_ports(3)) + flags
+  tasks = [_start('--job_name=ps', '--task_index=0', *common),
+           _start('--job_name=worker', '--task_index=0', *common),
+           _start('--job_name=worker', '--task_index=1', *common)]
+  try:
+    return [_finish(p, timeout=300) for p in tasks[::-1]]
+  finally:
+    for p in tasks:
+      if p.poll() is None:
+        p.kill()
+
+
 def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
     real_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
@@ -114,17 +132,7 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   assert re.search(r'precision @ 1 = \d\.\d{3}', result.stdout)
 
   # A restarted cluster resumes from the chief's latest checkpoint.
-  common = _hosts(_free_ports(3)) + flags + [
-      '--max_steps=%d' % (global_step + 10)]
-  tasks = [_start('--job_name=ps', '--task_index=0', *common),
-           _start('--job_name=worker', '--task_index=0', *common),
-           _start('--job_name=worker', '--task_index=1', *common)]
-  try:
-    results = [_finish(p, timeout=300) for p in tasks[::-1]]
-  finally:
-    for p in tasks:
-      if p.poll() is None:
-        p.kill()
+  results = _run_cluster(flags + ['--max_steps=%d' % (global_step + 10)])
   assert all(rc == 0 for rc, _, _ in results), results[1][2][-3000:]
   assert 'Resuming from %s/model.ckpt-%d.' % (train_dir, global_step) in (
       results[1][1])
@@ -135,16 +143,7 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   # chief writes nothing.
   files = sorted(os.listdir(train_dir))
   mtimes = [os.stat(os.path.join(train_dir, f)).st_mtime_ns for f in files]
-  common = _hosts(_free_ports(3)) + flags + ['--max_steps=%d' % reached]
-  tasks = [_start('--job_name=ps', '--task_index=0', *common),
-           _start('--job_name=worker', '--task_index=0', *common),
-           _start('--job_name=worker', '--task_index=1', *common)]
-  try:
-    results = [_finish(p, timeout=300) for p in tasks[::-1]]
-  finally:
-    for p in tasks:
-      if p.poll() is None:
-        p.kill()
+  results = _run_cluster(flags + ['--max_steps=%d' % reached])
   assert all(rc == 0 for rc, _, _ in results), results[1][2][-3000:]
   for worker, (_, out, _) in zip((1, 0), results):
     assert ('Worker %d: Training in %s has reached step %d, --max_steps is '

@@ -146,8 +146,8 @@ def _multi_graph(batches, variable_update):
   devices, config = multi.tower_devices(2, virtual_cpus=True)
   with tf.device('/cpu:0'):
     graph = multi.build_train_op(
-        [(tf.constant(i), tf.constant(l)) for i, l in batches], devices,
-        variable_update)
+        [(tf.cast(i, cifar10._dtype()), tf.constant(l)) for i, l in batches],
+        devices, variable_update)
   return graph, config
 
 

@@ -243,6 +243,8 @@ def train(server, cluster, task_index, local_devices, make_batches=None,
       # to give two).
       hooks.append(graph.optimizer.make_session_run_hook(is_chief,
                                                          num_tokens=0))
+      # The session checks this; a run already at --max_steps starts none.
+      graph.optimizer.ready_for_local_init_op.mark_used()
     if not is_chief:
       _wait_for_chief(server, task_index)
     return cifar10_session.run_training(

@@ -145,10 +145,11 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   mtimes = [os.stat(os.path.join(train_dir, f)).st_mtime_ns for f in files]
   results = _run_cluster(flags + ['--max_steps=%d' % reached])
   assert all(rc == 0 for rc, _, _ in results), results[1][2][-3000:]
-  for worker, (_, out, _) in zip((1, 0), results):
+  for worker, (_, out, err) in zip((1, 0), results):
     assert ('Worker %d: Training in %s has reached step %d, --max_steps is '
             '%d: nothing to do.' % (worker, train_dir, reached, reached)) in out
     assert 'Worker %d: done after 0 steps' % worker in out
+    assert 'never used' not in err and 'Traceback' not in err
   assert sorted(os.listdir(train_dir)) == files
   assert mtimes == [os.stat(os.path.join(train_dir, f)).st_mtime_ns
                     for f in files]

@@ -243,13 +243,9 @@ def _lrn(x, name, fmt):
   band matrix, and the gradient is written out in 6 ops; on CPUs this
   trains several times faster than tf.nn.lrn's LRNGrad kernel.
 
-  Args:
-    x: activations, in layout fmt.
-    name: the op's name.
-    fmt: 'NHWC' or 'NCHW'.
-
   Returns:
-    The normalized activations, like x.
+    The normalized activations x (layout fmt, 'NHWC' or 'NCHW'), as op
+    `name`.
   """
   with tf1.name_scope(name) as scope:
     y = tf.cast(x, tf.float32)
@@ -403,15 +399,9 @@ def inputs(eval_data):
 
 
 def image_file_inputs(contents):
-  """The model's input from a batch of image files (any size and format).
-
-  Args:
-    contents: a [batch] string tensor of JPEG, PNG, BMP or GIF files.
-
-  Returns:
-    images [batch, IMAGE_SIZE, IMAGE_SIZE, 3], prepared as inputs()
-    prepares the test images (see cifar10_input.image_from_file).
-  """
+  """The model's input from a [batch] string tensor of image files (JPEG,
+  PNG, BMP or GIF, any size), prepared as inputs() prepares the test
+  images (see cifar10_input.image_from_file)."""
   images = tf.map_fn(cifar10_input.image_from_file, contents,
                      fn_output_signature=tf.float32)
   return tf.cast(images, _dtype())
@@ -513,17 +503,12 @@ def variable_averages(global_step):
 
 
 def apply_gradients(opt, grads, global_step, average=True):
-  """Applies gradients, then updates the variables' moving averages.
-
-  Args:
-    opt: the optimizer.
-    grads: list of (gradient, variable) pairs.
-    global_step: the global step, incremented by the update.
-    average: whether to update the moving averages here (False where the
-      optimizer updates them itself).
+  """Applies (gradient, variable) pairs with opt, then, if average (the
+  distributed trainer's optimizer does it itself), updates the variables'
+  moving averages.
 
   Returns:
-    train_op: op for one training step.
+    train_op: op for one training step; it increments global_step.
   """
   apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
 

@@ -8,8 +8,9 @@ standardized) and prints one line per image: its path, then its
 --top_k classes with their probabilities.
 
 Usage:
-  python cifar10_predict.py cat.jpg photos/ --checkpoint_dir=/tmp/cifar10_train
-  photos/dog.png: dog 0.912, cat 0.051, horse 0.013
+  python cifar10_predict.py cat.png truck.jpg --checkpoint_dir=/tmp/cifar10_train
+  cat.png: cat 0.578, dog 0.421, bird 0.001
+  truck.jpg: truck 0.987, airplane 0.004, bird 0.002
 
 Directories are walked for .jpg, .jpeg, .png, .bmp and .gif files. A file
 that cannot be read or decoded gets one `Error:` line; the others are
@@ -168,6 +169,8 @@ def classify(classifier, paths):
       except IOError as e:
         sys.stderr.write('Error: %s: cannot read it: %s.\n' % (path, e))
         failed += 1
+    if not batch:
+      continue
     try:
       results = zip(batch, classifier.probabilities([c for _, c in batch]))
     except tf.errors.InvalidArgumentError:

@@ -11,6 +11,9 @@ Rows:
   train_bf16       the same with --use_bf16
   multi1           cifar10_multi_gpu_train.py's train_op, 1 tower
   multi2           cifar10_multi_gpu_train.py's train_op, 2 towers
+  split_bf16       cifar10_multi_gpu_train.py's train_op, --use_bf16, the
+                   batch split over 2 towers of --batch_size/2: the same
+                   examples and update per step as train_bf16
   input            the distorted input pipeline alone
   eval             cifar10_eval.py's forward pass and in_top_k
   keras_fit        the same model in Keras, model.fit on a tf.data
@@ -53,8 +56,8 @@ tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-ROWS = ['train', 'train_bf16', 'multi1', 'multi2', 'input', 'eval',
-        'keras_fit', 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16']
+ROWS = ['train', 'train_bf16', 'multi1', 'multi2', 'split_bf16', 'input',
+        'eval', 'keras_fit', 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16']
 flags.DEFINE_list('rows', ROWS, 'Rows to run, from %s.' % ', '.join(ROWS))
 flags.DEFINE_integer('steps', 50, 'Steps per timed window.', lower_bound=1)
 flags.DEFINE_integer('windows', 5, 'Timed windows per row.', lower_bound=1)
@@ -190,15 +193,17 @@ def _single_tower():
   return train_op, FLAGS.batch_size, cifar10_session.session_config(), None
 
 
-def _in_bf16(builder):
-  """Returns builder, building with --use_bf16 set."""
+def _with_flags(builder, **values):
+  """Returns builder, building with the flags set to values."""
   def build():
-    saved = FLAGS.use_bf16
-    FLAGS.use_bf16 = True
+    saved = {name: getattr(FLAGS, name) for name in values}
+    for name, value in values.items():
+      setattr(FLAGS, name, value)
     try:
       return builder()
     finally:
-      FLAGS.use_bf16 = saved
+      for name, value in saved.items():
+        setattr(FLAGS, name, value)
   return build
 
 
@@ -340,11 +345,17 @@ BUILDERS = {
     'train': ('cifar10_train.py graph, 1 tower',
               lambda: _timed_graph(_single_tower)),
     'train_bf16': ('cifar10_train.py graph, 1 tower, --use_bf16',
-                   lambda: _timed_graph(_in_bf16(_single_tower))),
+                   lambda: _timed_graph(
+                       _with_flags(_single_tower, use_bf16=True))),
     'multi1': ('cifar10_multi_gpu_train.py graph, 1 tower',
                lambda: _timed_graph(lambda: _multi(1))),
     'multi2': ('cifar10_multi_gpu_train.py graph, 2 towers',
                lambda: _timed_graph(lambda: _multi(2))),
+    'split_bf16': ('cifar10_multi_gpu_train.py graph, 2 towers of half '
+                   'the batch, --use_bf16',
+                   lambda: _timed_graph(_with_flags(
+                       lambda: _multi(2), use_bf16=True,
+                       batch_size=FLAGS.batch_size // 2))),
     'input': ('input pipeline alone (distorted batches)',
               lambda: _timed_graph(_input)),
     'eval': ('eval forward pass + in_top_k',
@@ -358,8 +369,10 @@ BUILDERS = {
     'keras_loop_bf16': ('Keras custom step, mixed_bfloat16',
                         lambda: _keras_loop('mixed_bfloat16')),
 }
-TRAINING_ROWS = ('train', 'train_bf16', 'multi1', 'multi2', 'keras_fit',
-                 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16')
+TRAINING_ROWS = ('train', 'train_bf16', 'multi1', 'multi2', 'split_bf16',
+                 'keras_fit', 'keras_loop', 'keras_fit_bf16',
+                 'keras_loop_bf16')
+OURS_AGAINST_KERAS = ('train', 'train_bf16', 'split_bf16')
 
 
 def _print_profile(profile):
@@ -380,10 +393,15 @@ def main(argv=None):  # pylint: disable=unused-argument
     raise cifar10_session.UsageError(
         'Unknown --rows %s; choose from %s.'
         % (','.join(sorted(unknown)), ','.join(ROWS)))
-  if FLAGS.use_fp16 and 'train_bf16' in FLAGS.rows:
+  bf16_rows = {'train_bf16', 'split_bf16'} & set(FLAGS.rows)
+  if FLAGS.use_fp16 and bf16_rows:
     raise cifar10_session.UsageError(
-        'The train_bf16 row computes in bfloat16: leave it out of --rows '
-        'with --use_fp16.')
+        '--use_fp16 cannot run the bfloat16 rows (%s): leave them out of '
+        '--rows.' % ','.join(sorted(bf16_rows)))
+  if 'split_bf16' in FLAGS.rows and FLAGS.batch_size % 2:
+    raise cifar10_session.UsageError(
+        'The split_bf16 row splits --batch_size=%d over 2 towers: give an '
+        'even --batch_size.' % FLAGS.batch_size)
   cifar10.maybe_download_and_extract()
   peak = matmul_peak()
   flops = train_flops_per_example()
@@ -423,7 +441,7 @@ def main(argv=None):  # pylint: disable=unused-argument
   print('| --- | --- | ---: | --- | --- |')
   for line in lines:
     print('| %s | %s | %.1f | %.1f..%.1f | %s |' % line)
-  for ours in ('train', 'train_bf16'):
+  for ours in OURS_AGAINST_KERAS:
     for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
                   'keras_loop_bf16'):
       if ours in medians and keras in medians:

@@ -42,7 +42,7 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
     assert 0 < low <= median <= high
     if row in benchmark.TRAINING_ROWS:
       assert re.match(r'\d+\.\d \(\d+%\)$', match.group(4)), match.group(4)
-  for ours in ('train', 'train_bf16'):
+  for ours in benchmark.OURS_AGAINST_KERAS:
     for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
                   'keras_loop_bf16'):
       assert re.search(r'^%s / %s = \d+\.\d\dx$' % (ours, keras), out, re.M)
@@ -63,3 +63,15 @@ def test_keras_bf16_model_is_mixed_precision():
   assert {v.dtype for v in model.trainable_variables} == {'float32'}
   logits = model(tf.zeros([2, 24, 24, 3]))
   assert logits.dtype == tf.float32 and logits.shape == (2, 10)
+
+
+def test_rows_the_flags_cannot_run_are_one_line(tmp_path):
+  for args, words in [(['--rows=train,split_bf16', '--batch_size=15'],
+                       'even --batch_size'),
+                      (['--rows=split_bf16', '--use_fp16'],
+                       'cannot run the bfloat16 rows (split_bf16)')]:
+    result = run_script('benchmark.py', '--data_dir=%s' % tmp_path, *args)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith('Error: ') and words in lines[-1], lines
+    assert not any('Traceback' in line for line in lines)

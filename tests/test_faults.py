@@ -12,10 +12,17 @@ import tensorflow as tf
 from conftest import REPO, STEP_LINE, checkpoint_step, run_script
 
 
+def _default_sigint():
+  # As in a terminal: a test run started in the background ('cmd &' in a
+  # script) ignores SIGINT, and Python keeps an ignored SIGINT ignored.
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(script, *args):
   return subprocess.Popen(
       [sys.executable, os.path.join(REPO, script)] + list(args),
-      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      preexec_fn=_default_sigint)
 
 
 def _all_checkpoints_readable(train_dir):

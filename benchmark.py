@@ -43,6 +43,7 @@ from __future__ import print_function
 import collections
 import time
 
+from absl.testing import flagsaver
 import cifar10  # First: it quiets TensorFlow's start-up logging.
 import cifar10_session
 import cifar10_eval
@@ -193,20 +194,6 @@ def _single_tower():
   return train_op, FLAGS.batch_size, cifar10_session.session_config(), None
 
 
-def _with_flags(builder, **values):
-  """Returns builder, building with the flags set to values."""
-  def build():
-    saved = {name: getattr(FLAGS, name) for name in values}
-    for name, value in values.items():
-      setattr(FLAGS, name, value)
-    try:
-      return builder()
-    finally:
-      for name, value in saved.items():
-        setattr(FLAGS, name, value)
-  return build
-
-
 def _multi(num_towers):
   graph, config = multi.build_graph(num_towers)
   return (graph.train_op, FLAGS.batch_size * num_towers, config,
@@ -346,16 +333,16 @@ BUILDERS = {
               lambda: _timed_graph(_single_tower)),
     'train_bf16': ('cifar10_train.py graph, 1 tower, --use_bf16',
                    lambda: _timed_graph(
-                       _with_flags(_single_tower, use_bf16=True))),
+                       flagsaver.flagsaver(use_bf16=True)(_single_tower))),
     'multi1': ('cifar10_multi_gpu_train.py graph, 1 tower',
                lambda: _timed_graph(lambda: _multi(1))),
     'multi2': ('cifar10_multi_gpu_train.py graph, 2 towers',
                lambda: _timed_graph(lambda: _multi(2))),
     'split_bf16': ('cifar10_multi_gpu_train.py graph, 2 towers of half '
                    'the batch, --use_bf16',
-                   lambda: _timed_graph(_with_flags(
-                       lambda: _multi(2), use_bf16=True,
-                       batch_size=FLAGS.batch_size // 2))),
+                   lambda: _timed_graph(flagsaver.flagsaver(
+                       use_bf16=True, batch_size=FLAGS.batch_size // 2)(
+                           lambda: _multi(2)))),
     'input': ('input pipeline alone (distorted batches)',
               lambda: _timed_graph(_input)),
     'eval': ('eval forward pass + in_top_k',

@@ -44,7 +44,8 @@ flags.DEFINE_boolean('run_once', False,
 flags.adopt_module_key_flags(cifar10)
 
 
-def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path):
+def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
+              global_step):
   """Run Eval once.
 
   Args:
@@ -53,6 +54,7 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path):
     top_k_op: Top K op.
     summary_op: Summary op.
     checkpoint_path: the checkpoint to evaluate.
+    global_step: the step it was saved at, for the summary.
 
   Returns:
     The precision @ 1.
@@ -60,7 +62,6 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path):
   with tf1.Session() as sess:
     # Restores from checkpoint
     saver.restore(sess, checkpoint_path)
-    global_step = cifar10_session.checkpoint_step(checkpoint_path)
 
     # Count exactly num_examples: the last batch may run past them.
     num_iter = int(math.ceil(FLAGS.num_examples / FLAGS.batch_size))
@@ -101,12 +102,16 @@ def check_checkpoint(checkpoint_path, var_list):
     var_list: dict of the names in the checkpoint to restore from to the
       model's variables.
 
+  Returns:
+    The global step the checkpoint was saved at.
+
   Raises:
     cifar10_session.UsageError: a variable is missing, or has another
       shape.
     tf.errors.NotFoundError: the checkpoint is gone.
   """
-  shapes = tf.train.load_checkpoint(checkpoint_path).get_variable_to_shape_map()
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  shapes = reader.get_variable_to_shape_map()
   for name, var in sorted(var_list.items()):
     if shapes.get(name) != var.shape.as_list():
       raise cifar10_session.UsageError(
@@ -116,6 +121,7 @@ def check_checkpoint(checkpoint_path, var_list):
              'it has no %s' % name if name not in shapes else
              '%s is %s there, %s here' % (name, shapes[name],
                                            var.shape.as_list())))
+  return int(reader.get_tensor(tf1.GraphKeys.GLOBAL_STEP))
 
 
 def correct_predictions(eval_data):
@@ -171,9 +177,10 @@ def evaluate():
               % (datetime.datetime.now(), FLAGS.checkpoint_dir))
       elif checkpoint_path != last_evaluated:
         try:
-          check_checkpoint(checkpoint_path, variables_to_restore)
+          global_step = check_checkpoint(checkpoint_path,
+                                         variables_to_restore)
           eval_once(saver, summary_writer, top_k_op, summary_op,
-                    checkpoint_path)
+                    checkpoint_path, global_step)
           last_evaluated = checkpoint_path
         except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
           # The saver may delete an old checkpoint while we read it.

@@ -256,22 +256,25 @@ def reached_max_steps(step, log_prefix=''):
 
 
 def _step_reached(master, is_chief, config):
-  """Returns the global step training resumes from, writing nothing.
+  """Where training resumes, writing nothing.
 
-  The chief reads it from the latest checkpoint in --train_dir (and at
-  --max_steps restores it into the cluster); another worker reads it from
-  the variables the chief has set. Arguments as run_training's.
+  The chief reads the step from the latest checkpoint in --train_dir (and
+  at --max_steps restores it into the cluster); another worker reads it
+  from the variables the chief has set. Arguments as run_training's.
+
+  Returns:
+    (global step, the chief's latest checkpoint or None).
   """
   if not is_chief:
     with tf1.Session(master, config=config) as sess:
-      return int(sess.run(tf1.train.get_global_step()))
+      return int(sess.run(tf1.train.get_global_step())), None
   latest = tf1.train.latest_checkpoint(FLAGS.train_dir)
   step = checkpoint_step(latest)
   if master and step >= FLAGS.max_steps:
     # Restore it into the cluster, so that the other workers learn it too.
     with tf1.Session(master, config=config) as sess:
       tf1.train.Saver().restore(sess, latest)
-  return step
+  return step, latest
 
 
 def _lock_train_dir(train_dir):
@@ -391,12 +394,12 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
       another trainer holds --train_dir.
   """
   train_dir = FLAGS.train_dir
-  step = _step_reached(master, is_chief, config)
+  step, latest = _step_reached(master, is_chief, config)
   if reached_max_steps(step, log_prefix):
     return 0
   lock = _lock_train_dir(train_dir) if is_chief else None
   if step and is_chief:
-    print('Resuming from %s.' % tf1.train.latest_checkpoint(train_dir))
+    print('Resuming from %s.' % latest)
   _quiet_writer_thread_errors()
   signal_hook = StopOnSignalHook()
   all_hooks = list(hooks) + [

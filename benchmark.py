@@ -356,10 +356,9 @@ BUILDERS = {
     'keras_loop_bf16': ('Keras custom step, mixed_bfloat16',
                         lambda: _keras_loop('mixed_bfloat16')),
 }
-TRAINING_ROWS = ('train', 'train_bf16', 'multi1', 'multi2', 'split_bf16',
-                 'keras_fit', 'keras_loop', 'keras_fit_bf16',
-                 'keras_loop_bf16')
+KERAS_ROWS = ('keras_fit', 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16')
 OURS_AGAINST_KERAS = ('train', 'train_bf16', 'split_bf16')
+TRAINING_ROWS = OURS_AGAINST_KERAS + ('multi1', 'multi2') + KERAS_ROWS
 
 
 def _print_profile(profile):
@@ -429,8 +428,7 @@ def main(argv=None):  # pylint: disable=unused-argument
   for line in lines:
     print('| %s | %s | %.1f | %.1f..%.1f | %s |' % line)
   for ours in OURS_AGAINST_KERAS:
-    for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
-                  'keras_loop_bf16'):
+    for keras in KERAS_ROWS:
       if ours in medians and keras in medians:
         print('%s / %s = %.2fx' % (ours, keras,
                                    medians[ours] / medians[keras]))

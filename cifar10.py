@@ -34,6 +34,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf
 
+import cifar10_devices
 import cifar10_input
 
 tf1 = tf.compat.v1
@@ -64,6 +65,12 @@ flags.DEFINE_enum('data_format', 'auto', ['auto', 'NHWC', 'NCHW'],
                   'Layout of the activations: NHWC (channels last, fast on '
                   'CPUs), NCHW (channels first, fast on GPUs), or auto: '
                   'NCHW when a GPU is visible, else NHWC.')
+flags.register_validator(
+    'data_format', lambda fmt: fmt != 'NCHW' or cifar10_devices.nchw_runs_here(),
+    message='it needs a GPU, or a TensorFlow that pools '
+    'channels-first on the CPU (oneDNN, on by default only on CPUs with '
+    'AVX512_VNNI, AVX512_BF16 or AMX); this machine has neither: use NHWC '
+    'or auto')
 flags.DEFINE_boolean('xla', False,
                      'Compile the model, its loss and gradients with XLA.')
 flags.DEFINE_float('initial_learning_rate', 0.1,
@@ -275,26 +282,12 @@ def _dtype():
   return tf.float32
 
 
-def _has_bf16_units():
-  """Returns whether this CPU has bfloat16 units or a GPU is visible."""
-  cpu_flags = set()
-  if os.path.exists('/proc/cpuinfo'):
-    with open('/proc/cpuinfo') as f:
-      cpu_flags = set(f.read().split())
-  return bool(cpu_flags & {'avx512_bf16', 'amx_bf16'} or
-              tf.config.list_physical_devices('GPU'))
-
-
 @functools.lru_cache(maxsize=None)
 def _precision_notice():
   """Prints, once, that the chosen precision will be slow here."""
-  if flag('use_fp16') and not tf.config.list_physical_devices('GPU'):
-    print('Note: --use_fp16 is meant for GPUs; CPUs compute float16 '
-          'convolutions many times slower than float32.')
-  if flag('use_bf16') and not _has_bf16_units():
-    print('Note: --use_bf16 on a machine with neither bfloat16 CPU units '
-          '(avx512_bf16, amx_bf16) nor a GPU: it will run slower than '
-          'float32.')
+  notice = cifar10_devices.precision_notice(flag('use_fp16'), flag('use_bf16'))
+  if notice:
+    print(notice)
 
 
 def data_format():

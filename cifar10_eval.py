@@ -1,9 +1,12 @@
 """Evaluation for CIFAR-10: precision @ 1 of the moving-average weights.
 
-Reads the latest checkpoint of --checkpoint_dir, restores the moving
-averages of the trained variables into the model, counts correct top-1
-predictions over exactly --num_examples images of --eval_data, prints
-the precision and writes it as 'Precision @ 1' to --eval_dir.
+Reads the latest readable checkpoint of --checkpoint_dir, restores the
+moving averages of the trained variables into the model, counts correct
+top-1 predictions over exactly --num_examples images of --eval_data,
+prints the precision and writes it as 'Precision @ 1' to --eval_dir.
+With --raw_weights it restores the trained variables themselves instead
+(the summary is then 'Precision @ 1 (raw weights)'), which shows what the
+moving averages add.
 
 Usage:
   python cifar10_eval.py --checkpoint_dir=/tmp/cifar10_train --run_once
@@ -21,6 +24,7 @@ import math
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_checkpoint
 import cifar10_session
 import numpy as np
 import tensorflow as tf
@@ -41,7 +45,13 @@ flags.DEFINE_integer('num_examples', 10000,
                      'Number of examples to run.', lower_bound=1)
 flags.DEFINE_boolean('run_once', False,
                      'Whether to run eval only once.')
+flags.DEFINE_boolean('raw_weights', False,
+                     'Evaluate the trained variables themselves instead of '
+                     'their moving averages.')
 flags.adopt_module_key_flags(cifar10)
+
+# The summary tag of the precision in --eval_dir.
+PRECISION_TAG = 'Precision @ 1'
 
 
 def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
@@ -59,7 +69,7 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
   Returns:
     The precision @ 1.
   """
-  with tf1.Session() as sess:
+  with tf1.Session(config=cifar10_session.session_config()) as sess:
     # Restores from checkpoint
     saver.restore(sess, checkpoint_path)
 
@@ -74,11 +84,15 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
 
     # Compute precision @ 1.
     precision = true_count / FLAGS.num_examples
-    print('%s: precision @ 1 = %.3f' % (datetime.datetime.now(), precision))
+    print('%s: precision @ 1 = %.3f%s' % (
+        datetime.datetime.now(), precision,
+        ' (raw weights)' if FLAGS.raw_weights else ''))
 
     summary = tf1.Summary()
     summary.ParseFromString(sess.run(summary_op))
-    summary.value.add(tag='Precision @ 1', simple_value=precision)
+    summary.value.add(tag=PRECISION_TAG + (
+        ' (raw weights)' if FLAGS.raw_weights else ''),
+                      simple_value=precision)
     summary_writer.add_summary(summary, global_step)
     summary_writer.flush()
   return precision
@@ -92,6 +106,21 @@ def moving_average_variables():
   """
   return tf1.train.ExponentialMovingAverage(
       cifar10.MOVING_AVERAGE_DECAY).variables_to_restore()
+
+
+def weights_to_restore(raw_weights):
+  """The model's variables, by the checkpoint names to restore them from.
+
+  Args:
+    raw_weights: the trained variables themselves; False: their moving
+      averages (the tutorial's evaluation).
+
+  Returns:
+    {name in the checkpoint: variable of the model}, for a Saver.
+  """
+  if raw_weights:
+    return {v.op.name: v for v in tf1.global_variables()}
+  return moving_average_variables()
 
 
 def check_checkpoint(checkpoint_path, var_list):
@@ -157,8 +186,9 @@ def evaluate():
     # Get images and labels for CIFAR-10.
     top_k_op = correct_predictions(eval_data)
 
-    # Restore the moving average version of the learned variables for eval.
-    variables_to_restore = moving_average_variables()
+    # Restore the moving average version of the learned variables for eval
+    # (or, with --raw_weights, the learned variables themselves).
+    variables_to_restore = weights_to_restore(FLAGS.raw_weights)
     saver = tf1.train.Saver(variables_to_restore)
 
     # Build the summary operation based on the TF collection of Summaries.
@@ -168,14 +198,8 @@ def evaluate():
 
     last_evaluated = None
     while True:
-      checkpoint_path = tf1.train.latest_checkpoint(FLAGS.checkpoint_dir)
-      if checkpoint_path is None:
-        if FLAGS.run_once:
-          raise cifar10_session.UsageError('No checkpoint file found in %s.'
-                                           % FLAGS.checkpoint_dir)
-        print('%s: No checkpoint file found in %s; waiting.'
-              % (datetime.datetime.now(), FLAGS.checkpoint_dir))
-      elif checkpoint_path != last_evaluated:
+      checkpoint_path = _latest_checkpoint()
+      if checkpoint_path and checkpoint_path != last_evaluated:
         try:
           global_step = check_checkpoint(checkpoint_path,
                                          variables_to_restore)
@@ -193,6 +217,50 @@ def evaluate():
       if FLAGS.run_once:
         break
       time.sleep(FLAGS.eval_interval_secs)
+
+
+_said = set()
+
+
+def _say_once(line):
+  """Prints a line with the time, unless it was printed before."""
+  if line not in _said:
+    _said.add(line)
+    print('%s: %s' % (datetime.datetime.now(), line))
+
+
+def _latest_checkpoint():
+  """The newest readable checkpoint of --checkpoint_dir, or None.
+
+  Says once which newer ones it passes over and why. Without a checkpoint
+  to evaluate, --run_once raises an error; otherwise it says so and the
+  evaluator waits, as the trainer may write one.
+
+  Raises:
+    cifar10_session.UsageError: --run_once, and no checkpoint.
+    cifar10_checkpoint.CheckpointError: --run_once, and no checkpoint is
+      readable.
+  """
+  try:
+    latest = cifar10_checkpoint.latest_checkpoint(FLAGS.checkpoint_dir)
+  except cifar10_checkpoint.CheckpointError as e:
+    if FLAGS.run_once:
+      raise
+    _say_once('%s Waiting for a readable one.' % e)
+    return None
+  if latest.path is None:
+    if FLAGS.run_once:
+      raise cifar10_session.UsageError('No checkpoint file found in %s.'
+                                       % FLAGS.checkpoint_dir)
+    print('%s: No checkpoint file found in %s; waiting.'
+          % (datetime.datetime.now(), FLAGS.checkpoint_dir))
+  if latest.index_problem and latest.path:
+    _say_once('%s; going by the checkpoint files.'
+              % latest.index_problem)
+  for path, reason in latest.passed_over:
+    _say_once('Checkpoint %s is passed over: %s. Evaluating %s.'
+              % (path, reason, latest.path))
+  return latest.path
 
 
 def main(argv=None):  # pylint: disable=unused-argument

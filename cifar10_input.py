@@ -318,6 +318,30 @@ def inputs(eval_data, data_dir, batch_size):
   return images, labels
 
 
+class _ProgressLine(object):
+  """A line rewritten in place ('\\r'), ended before anything else prints.
+
+  Use as a context manager: leaving it ends the line, also on an error, so
+  an `Error:` line after it starts a line of its own.
+  """
+
+  def __init__(self):
+    self._shown = False
+
+  def show(self, text):
+    sys.stdout.write('\r' + text)
+    sys.stdout.flush()
+    self._shown = True
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    if self._shown:
+      sys.stdout.write('\n')
+      sys.stdout.flush()
+
+
 def _download(url, filepath):
   """Downloads url to filepath, via a temporary file, with a progress line.
 
@@ -333,7 +357,7 @@ def _download(url, filepath):
   fd, partial = tempfile.mkstemp(prefix=filename + '.', suffix='.part',
                                  dir=os.path.dirname(filepath))
   try:
-    with os.fdopen(fd, 'wb') as out, \
+    with os.fdopen(fd, 'wb') as out, _ProgressLine() as progress, \
         urllib.request.urlopen(url, timeout=60) as response:
       total = int(response.headers.get('Content-Length') or 0)
       received = 0
@@ -344,13 +368,11 @@ def _download(url, filepath):
         out.write(chunk)
         received += len(chunk)
         if total:
-          sys.stdout.write('\r>> Downloading %s %.1f%%' %
-                           (filename, 100.0 * received / total))
+          progress.show('>> Downloading %s %.1f%%' %
+                        (filename, 100.0 * received / total))
         else:
-          sys.stdout.write('\r>> Downloading %s %.1f MB' %
-                           (filename, received / 1e6))
-        sys.stdout.flush()
-    print()
+          progress.show('>> Downloading %s %.1f MB' %
+                        (filename, received / 1e6))
     if total and received != total:
       raise IOError('got %d of %d bytes' % (received, total))
   except (IOError, OSError, ValueError, http.client.HTTPException) as e:
@@ -364,6 +386,22 @@ def _download(url, filepath):
   os.rename(partial, filepath)
   print('Successfully downloaded', filename, os.path.getsize(filepath),
         'bytes.')
+
+
+def _extract(filepath, directory):
+  """Extracts a .tar.gz archive into directory, with a progress line.
+
+  Raises:
+    tarfile.TarError, EOFError, OSError: the archive is damaged, or a
+      write failed.
+  """
+  size = os.path.getsize(filepath) or 1
+  with open(filepath, 'rb') as raw, _ProgressLine() as progress, \
+      tarfile.open(fileobj=raw, mode='r:gz') as tar:
+    for member in tar:
+      tar.extract(member, directory, filter='data')
+      progress.show('>> Extracting %s %.1f%%' % (
+          os.path.basename(filepath), 100.0 * raw.tell() / size))
 
 
 def _md5(filepath):
@@ -412,8 +450,7 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=''):
         '--data_md5.' % (filepath, actual_md5, expected_md5))
   staging = tempfile.mkdtemp(prefix='.extracting-', dir=dest_directory)
   try:
-    with tarfile.open(filepath, 'r:gz') as tar:
-      tar.extractall(staging, filter='data')
+    _extract(filepath, staging)
     extracted = os.path.join(staging, BATCHES_DIR)
     if not os.path.isdir(extracted):
       raise DataError('Archive %s holds no %s directory: it is not the '

@@ -1,6 +1,6 @@
 """Classifies your own images with the trained model; exports it as a SavedModel.
 
-Restores the moving-average weights of the latest checkpoint in
+Restores the moving-average weights of the latest readable checkpoint in
 --checkpoint_dir (as cifar10_eval.py does), brings every image to the
 model's input the way the evaluator prepares the test images (any size:
 scaled to 32x32 keeping the aspect ratio, then the central 24x24,
@@ -21,7 +21,9 @@ still classified, and the exit status is 1.
 writes a SavedModel whose 'serving_default' signature takes `images`, a
 batch of encoded image files (strings), and returns `probabilities`
 [batch, 10], `classes` (the top class) and `class_names`; it loads with
-tf.saved_model.load and in TF Serving, without this repository.
+tf.saved_model.load and in TF Serving, without this repository. It is
+built channels last (NHWC) and in float32 whatever the machine and the
+flags, so that a model exported on a GPU machine runs on any CPU.
 """
 
 from __future__ import absolute_import
@@ -33,7 +35,9 @@ import shutil
 import sys
 import tempfile
 
+from absl.testing import flagsaver
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_checkpoint
 import cifar10_eval
 import cifar10_input
 import cifar10_session
@@ -81,6 +85,13 @@ def image_paths(args):
   return paths, errors
 
 
+# The model flags the exported model is built with, whatever the command
+# line says: channels last and float32 run on every CPU build of
+# TensorFlow (NCHW pooling needs a GPU or oneDNN), and nothing is compiled.
+PORTABLE = {'data_format': 'NHWC', 'use_fp16': False, 'use_bf16': False,
+            'xla': False}
+
+
 class Classifier(object):
   """The model on a batch of encoded images, with the moving-average weights.
 
@@ -90,9 +101,17 @@ class Classifier(object):
     session: the session holding the restored weights.
   """
 
-  def __init__(self, checkpoint_path):
+  def __init__(self, checkpoint_path, portable=False):
+    """Builds the model and restores its weights.
+
+    Args:
+      checkpoint_path: the checkpoint to restore.
+      portable: build with PORTABLE's model flags (for export) instead of
+        the command line's.
+    """
     self.graph = tf.Graph()
-    with self.graph.as_default():
+    with self.graph.as_default(), flagsaver.flagsaver(
+        **(PORTABLE if portable else {})):
       self.images = tf1.placeholder(tf.string, [None], name='images')
       logits = tf.cast(
           cifar10.inference(cifar10.image_file_inputs(self.images)),
@@ -106,7 +125,7 @@ class Classifier(object):
       }
       variables = cifar10_eval.moving_average_variables()
       cifar10_eval.check_checkpoint(checkpoint_path, variables)
-      self.session = tf1.Session()
+      self.session = tf1.Session(config=cifar10_session.session_config())
       tf1.train.Saver(variables).restore(self.session, checkpoint_path)
 
   def probabilities(self, contents):
@@ -203,17 +222,25 @@ def main(argv):
     raise cifar10_session.UsageError(
         '--export_dir=%s exists: give a new directory for the SavedModel.'
         % FLAGS.export_dir)
-  checkpoint_path = tf1.train.latest_checkpoint(FLAGS.checkpoint_dir)
+  latest = cifar10_checkpoint.latest_checkpoint(FLAGS.checkpoint_dir)
+  if latest.index_problem and latest.path:
+    sys.stderr.write('Note: %s; going by the checkpoint files.\n'
+                     % latest.index_problem)
+  for path, reason in latest.passed_over:
+    sys.stderr.write('Note: checkpoint %s is passed over: %s. Using %s.\n'
+                     % (path, reason, latest.path))
+  checkpoint_path = latest.path
   if checkpoint_path is None:
     raise cifar10_session.UsageError(
         'No checkpoint file found in %s. Train first (cifar10_train.py) or '
         'give --checkpoint_dir.' % FLAGS.checkpoint_dir)
-  classifier = Classifier(checkpoint_path)
   for error in errors:
     sys.stderr.write('Error: %s\n' % error)
-  failed = classify(classifier, paths) + len(errors)
+  failed = len(errors)
+  if paths:
+    failed += classify(Classifier(checkpoint_path), paths)
   if FLAGS.export_dir:
-    classifier.export(FLAGS.export_dir)
+    Classifier(checkpoint_path, portable=True).export(FLAGS.export_dir)
     print('Exported the model of %s to %s.' % (checkpoint_path,
                                                FLAGS.export_dir))
   return 1 if failed else 0

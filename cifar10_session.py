@@ -3,7 +3,7 @@
 Every script runs through run_main, which parses its flags, checks its
 directory flags and reports a user's mistake as one `Error:` line. The
 trainers define their flags with define_trainer_flags and train with
-run_training, a MonitoredTrainingSession over --train_dir with the
+run_training, a MonitoredSession over --train_dir with the
 tutorial's hooks:
 
   define_trainer_flags(max_steps=100000)
@@ -21,22 +21,19 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
-import datetime
 import fcntl
 import functools
-import math
 import os
 import re
-import signal
 import socket
 import sys
 import threading
-import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_checkpoint
+import cifar10_hooks
 import cifar10_input
 from absl import app  # pylint: disable=g-bad-import-order
-import numpy as np
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -45,6 +42,9 @@ FLAGS = flags.FLAGS
 
 # Seconds the training session waits for its threads at the end.
 STOP_GRACE_PERIOD_SECS = 5
+
+# Seconds a worker of the ps tasks waits for the chief to initialize.
+WORKER_WAIT_SECS = 7200
 
 # The file in --train_dir that the training process holds a lock on.
 LOCK_FILE = 'trainer.lock'
@@ -88,150 +88,22 @@ def define_trainer_flags(max_steps):
                        lower_bound=1)
 
 
-class NanLossError(Exception):
-  """The loss became NaN or infinite."""
-
-  def __init__(self, step, value):
-    super(NanLossError, self).__init__('step %d, loss = %s' % (step, value))
-    self.step = step
-    self.value = value
+class PeerGoneError(Exception):
+  """A worker holding its own variables lost the peers it all-reduces with."""
 
 
-class _StepCounter(tf1.train.SessionRunHook):
-  """Base hook that knows the global step of the run in progress."""
+class _FailFastSessionCreator(tf1.train.SessionCreator):
+  """Creates sessions with another creator, but takes the errors of a peer
+  that is gone as final: MonitoredSession would retry them for ever."""
 
-  def __init__(self):
-    self.step = 0
+  def __init__(self, creator):
+    self._creator = creator
 
-  def after_create_session(self, session, coord):
-    self.step = session.run(tf1.train.get_global_step())
-
-  def after_run(self, run_context, run_values):
-    self.step += 1
-
-
-class NanLossHook(_StepCounter):
-  """Stops training with NanLossError when the loss is not finite."""
-
-  def __init__(self, loss):
-    super(NanLossHook, self).__init__()
-    self._loss = loss
-
-  def before_run(self, run_context):
-    return tf1.train.SessionRunArgs(self._loss)
-
-  def after_run(self, run_context, run_values):
-    if not math.isfinite(run_values.results):
-      raise NanLossError(self.step, run_values.results)
-    super(NanLossHook, self).after_run(run_context, run_values)
-
-
-class LoggerHook(_StepCounter):
-  """Prints the step, loss and speed every log_frequency steps."""
-
-  def __init__(self, loss, log_frequency, examples_per_step, num_towers=1,
-               prefix=''):
-    super(LoggerHook, self).__init__()
-    self._prefix = prefix
-    self._loss = loss
-    self._log_frequency = log_frequency
-    self._examples_per_step = examples_per_step
-    self._num_towers = num_towers
-    self._start_time = None
-    self._start_step = 0
-
-  def after_create_session(self, session, coord):
-    super(LoggerHook, self).after_create_session(session, coord)
-    self._start_time = time.time()
-    self._start_step = self.step
-
-  def before_run(self, run_context):
-    if self.step % self._log_frequency == 0:
-      return tf1.train.SessionRunArgs(self._loss)
-    return None
-
-  def after_run(self, run_context, run_values):
-    if self.step % self._log_frequency == 0:
-      current_time = time.time()
-      duration = ((current_time - self._start_time) /
-                  (self.step + 1 - self._start_step))
-      self._start_time = current_time
-      self._start_step = self.step + 1
-      examples_per_sec = self._examples_per_step / duration
-      sec_per_batch = duration / self._num_towers
-      format_str = ('%s%s: step %d, loss = %.2f (%.1f examples/sec; %.3f '
-                    'sec/batch)')
-      print(format_str % (self._prefix, datetime.datetime.now(), self.step,
-                          run_values.results, examples_per_sec,
-                          sec_per_batch))
-      sys.stdout.flush()
-    super(LoggerHook, self).after_run(run_context, run_values)
-
-
-class StopOnSignalHook(tf1.train.SessionRunHook):
-  """Turns SIGINT and SIGTERM into a clean stop after the current step.
-
-  The session then ends normally, so the checkpoint saver writes a
-  checkpoint at the step reached. A second signal interrupts at once.
-  """
-
-  SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-  def __init__(self):
-    self.received = None
-    self._previous = {}
-
-  def _handle(self, signum, frame):
-    del frame
-    if self.received is not None:
-      raise KeyboardInterrupt
-    self.received = signum
-
-  def begin(self):
-    if threading.current_thread() is not threading.main_thread():
-      return  # Python takes signals in the main thread only.
-    for signum in self.SIGNALS:
-      self._previous[signum] = signal.signal(signum, self._handle)
-
-  def after_run(self, run_context, run_values):
-    if self.received is not None:
-      run_context.request_stop()
-
-  def end(self, session):
-    for signum, handler in self._previous.items():
-      signal.signal(signum, handler)
-
-
-def _rewind_to_finite_checkpoint(train_dir):
-  """Makes the newest checkpoint whose values are all finite the latest.
-
-  The step before a NaN loss may already have written non-finite weights,
-  and a checkpoint may have been saved from them. Those checkpoints stay on
-  disk but leave the checkpoint state, so a rerun resumes from good ones.
-
-  Returns:
-    The path of that checkpoint, or None if there is none.
-  """
-  state = tf1.train.get_checkpoint_state(train_dir)
-  paths = list(state.all_model_checkpoint_paths) if state else []
-  while paths:
-    reader = tf.train.load_checkpoint(paths[-1])
-    if all(np.all(np.isfinite(reader.get_tensor(name)))
-           for name, dtype in reader.get_variable_to_dtype_map().items()
-           if dtype.is_floating):
-      tf1.train.update_checkpoint_state(train_dir, paths[-1],
-                                        all_model_checkpoint_paths=paths)
-      return paths[-1]
-    paths.pop()
-  return None
-
-
-def checkpoint_step(checkpoint_path):
-  """Returns the global step a checkpoint was saved at; 0 for None."""
-  if checkpoint_path is None:
-    return 0
-  return int(tf.train.load_checkpoint(checkpoint_path).get_tensor(
-      tf1.GraphKeys.GLOBAL_STEP))
+  def create_session(self):
+    try:
+      return self._creator.create_session()
+    except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+      raise PeerGoneError(str(e).splitlines()[0])
 
 
 def reached_max_steps(step, log_prefix=''):
@@ -246,7 +118,8 @@ def reached_max_steps(step, log_prefix=''):
     Whether step is at or past --max_steps.
   """
   if step is None:
-    step = checkpoint_step(tf1.train.latest_checkpoint(FLAGS.train_dir))
+    step = cifar10_checkpoint.checkpoint_step(
+        cifar10_checkpoint.latest_checkpoint(FLAGS.train_dir).path)
   if step < FLAGS.max_steps:
     return False
   print('%sTraining in %s has reached step %d, --max_steps is %d: nothing '
@@ -255,25 +128,32 @@ def reached_max_steps(step, log_prefix=''):
   return True
 
 
-def _step_reached(master, is_chief, config):
+def _step_reached(master, is_chief, config, scaffold, own_variables):
   """Where training resumes, writing nothing.
 
   The chief reads the step from the latest checkpoint in --train_dir (and
-  at --max_steps restores it into the cluster); another worker reads it
-  from the variables the chief has set. Arguments as run_training's.
+  at --max_steps restores it into the cluster: the ps tasks, or its own
+  variables and, by the scaffold's local_init_op, the other workers');
+  another worker reads it from the variables the chief has set, or, when
+  it holds its own, learns it in the session. Arguments as run_training's.
 
   Returns:
-    (global step, the chief's latest checkpoint or None).
+    (global step or None if not known yet, the chief's latest checkpoint or
+    None).
   """
   if not is_chief:
+    if own_variables:
+      return None, None
     with tf1.Session(master, config=config) as sess:
       return int(sess.run(tf1.train.get_global_step())), None
-  latest = tf1.train.latest_checkpoint(FLAGS.train_dir)
-  step = checkpoint_step(latest)
+  latest = cifar10_checkpoint.latest_checkpoint(FLAGS.train_dir).path
+  step = cifar10_checkpoint.checkpoint_step(latest)
   if master and step >= FLAGS.max_steps:
     # Restore it into the cluster, so that the other workers learn it too.
     with tf1.Session(master, config=config) as sess:
       tf1.train.Saver().restore(sess, latest)
+      if own_variables:
+        sess.run(scaffold.local_init_op)
   return step, latest
 
 
@@ -339,14 +219,18 @@ def _failed_write(error, train_dir):
 
 
 @functools.lru_cache(maxsize=None)
-def _quiet_writer_thread_errors():
-  """Leaves the event writer thread's failed writes to run_training to report.
+def _quiet_session_noise():
+  """Keeps two messages of TensorFlow's training session off the console.
 
-  The thread logs the error and prints its traceback; the main thread gets
-  the same error at its next write, and run_training makes it one line.
+  The event writer thread's failed writes: the thread logs the error and
+  prints its traceback; the main thread gets the same error at its next
+  write, and run_training makes it one line. And the deprecation notice
+  of get_checkpoint_mtimes, which the session's restore calls on every
+  resume.
   """
   tf.get_logger().addFilter(
-      lambda record: 'writer thread error' not in record.getMessage())
+      lambda record: not any(text in record.getMessage() for text in (
+          'writer thread error', 'get_checkpoint_mtimes')))
   quiet_thread_errors(lambda args: args.thread.name == 'EventLoggerThread')
 
 
@@ -363,8 +247,8 @@ def quiet_thread_errors(is_expected):
 
 def run_training(train_op, loss, examples_per_step, num_towers=1,
                  config=None, scaffold=None, master='', is_chief=True,
-                 hooks=(), log_prefix=''):
-  """Runs train_op in a MonitoredTrainingSession over --train_dir.
+                 own_variables=False, hooks=(), log_prefix=''):
+  """Runs train_op in a MonitoredSession over --train_dir.
 
   Resumes from the latest checkpoint there, stops at --max_steps, logs
   every --log_frequency steps, writes summaries and checkpoints, and on
@@ -383,6 +267,9 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
     master: the TensorFlow server to run on; '' runs in this process.
     is_chief: whether this task initializes or restores the model and
       writes checkpoints and summaries (distributed training).
+    own_variables: every worker holds its own variables and initializes
+      them (the scaffold's local_init_op then gives them the chief's
+      values); only the chief restores them from --train_dir.
     hooks: more SessionRunHooks.
     log_prefix: text to start each step line with.
 
@@ -394,47 +281,45 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
       another trainer holds --train_dir.
   """
   train_dir = FLAGS.train_dir
-  step, latest = _step_reached(master, is_chief, config)
-  if reached_max_steps(step, log_prefix):
+  scaffold = scaffold or tf1.train.Scaffold()
+  step, latest = _step_reached(master, is_chief, config, scaffold,
+                               own_variables)
+  if step is not None and reached_max_steps(step, log_prefix):
     return 0
   lock = _lock_train_dir(train_dir) if is_chief else None
-  if step and is_chief:
-    print('Resuming from %s.' % latest)
-  _quiet_writer_thread_errors()
-  signal_hook = StopOnSignalHook()
+  resumed_step = None
+  if is_chief:
+    # What is on disk and readable, with the index file saying so.
+    latest = cifar10_checkpoint.prepare_resume(train_dir)
+    if latest:
+      print('Resuming from %s.' % latest)
+      resumed_step = cifar10_checkpoint.checkpoint_step(latest)
+  cifar10_checkpoint.add_saver()
+  _quiet_session_noise()
+  signal_hook = cifar10_hooks.StopOnSignalHook()
+  nan_hook = cifar10_hooks.NanLossHook(loss)
   all_hooks = list(hooks) + [
-      NanLossHook(loss),
+      nan_hook,
       tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
       signal_hook,
-      LoggerHook(loss, FLAGS.log_frequency, examples_per_step, num_towers,
-                 log_prefix),
+      cifar10_hooks.LoggerHook(loss, FLAGS.log_frequency, examples_per_step,
+                               num_towers, log_prefix),
   ]
-  # After the NaN check, so a diverged step is never saved.
-  chief_only_hooks = [tf1.train.CheckpointSaverHook(
-      train_dir, save_steps=FLAGS.save_checkpoint_steps, scaffold=scaffold)]
+  if own_variables and not is_chief:
+    all_hooks.append(cifar10_hooks.StopIfReachedHook())
   steps_run = 0
   try:
-    with tf1.train.MonitoredTrainingSession(
-        master=master,
-        is_chief=is_chief,
-        checkpoint_dir=train_dir,
-        scaffold=scaffold,
-        hooks=all_hooks,
-        chief_only_hooks=chief_only_hooks,
-        save_checkpoint_secs=None,
-        save_checkpoint_steps=None,
-        save_summaries_steps=FLAGS.save_summaries_steps,
-        config=config,
-        stop_grace_period_secs=STOP_GRACE_PERIOD_SECS) as mon_sess:
+    with _training_session(master, is_chief, own_variables, scaffold,
+                           all_hooks, config, resumed_step) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
         steps_run += 1
-  except NanLossError as e:
+  except cifar10_hooks.NanLossError as e:
     raise UsageError(
         'Model diverged with loss = %s at step %d. The last good checkpoint, '
         '%s, is kept. Lower --initial_learning_rate (now %g) and run again '
         'to resume from it.' % (e.value, e.step,
-                                _rewind_to_finite_checkpoint(train_dir)
+                                cifar10_checkpoint.rewind_to_finite(train_dir)
                                 if is_chief else 'of the chief',
                                 FLAGS.initial_learning_rate))
   except Exception as e:  # pylint: disable=broad-except
@@ -452,13 +337,69 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
   if signal_hook.received is not None:
     print('Stopped by signal %d; checkpoint saved in %s.'
           % (signal_hook.received, tf1.train.latest_checkpoint(train_dir)))
+  if step is None and not steps_run:
+    reached_max_steps(nan_hook.step, log_prefix)  # Learned in the session.
   return steps_run
 
 
+def _training_session(master, is_chief, own_variables, scaffold, hooks,
+                      config, resumed_step):
+  """Opens the training session (arguments as run_training's).
+
+  TensorFlow's MonitoredSession, with what MonitoredTrainingSession gives
+  a chief (the restore, checkpoints, summaries and global_step/sec, each
+  every --save_summaries_steps) after
+  the step's hooks, so that the NaN check stops a diverged step before
+  the saver could save it. A worker with its own variables initializes
+  them itself; its session, and the chief's then, treat a lost peer as
+  final instead of retrying for ever.
+
+  Args:
+    resumed_step: the step of the checkpoint resumed from, or None.
+
+  Returns:
+    The tf.compat.v1.train.MonitoredSession.
+  """
+  train_dir = FLAGS.train_dir
+  if is_chief:
+    creator = tf1.train.ChiefSessionCreator(
+        scaffold=scaffold, master=master, config=config,
+        checkpoint_dir=train_dir)
+    hooks = hooks + [
+        cifar10_checkpoint.CheckpointSaverHook(
+            resumed_step, train_dir, save_steps=FLAGS.save_checkpoint_steps,
+            scaffold=scaffold),
+        tf1.train.StepCounterHook(output_dir=train_dir,
+                                  every_n_steps=FLAGS.save_summaries_steps),
+        tf1.train.SummarySaverHook(save_steps=FLAGS.save_summaries_steps,
+                                   output_dir=train_dir, scaffold=scaffold)]
+  elif own_variables:
+    creator = tf1.train.ChiefSessionCreator(scaffold=scaffold, master=master,
+                                            config=config)
+  else:
+    creator = tf1.train.WorkerSessionCreator(
+        scaffold=scaffold, master=master, config=config,
+        max_wait_secs=WORKER_WAIT_SECS)
+  if own_variables:
+    creator = _FailFastSessionCreator(creator)
+  return tf1.train.MonitoredSession(
+      session_creator=creator, hooks=hooks,
+      stop_grace_period_secs=STOP_GRACE_PERIOD_SECS)
+
+
 def session_config():
-  """The trainers' ConfigProto: soft placement, placement logging if asked."""
-  return tf1.ConfigProto(allow_soft_placement=True,
-                         log_device_placement=FLAGS.log_device_placement)
+  """The ConfigProto of every script's sessions.
+
+  Soft placement; GPU memory taken as it is needed rather than all of it
+  up front, so that a trainer, the evaluator and cifar10_predict.py share
+  a GPU; device placement logged with --log_device_placement (trainers).
+  """
+  config = tf1.ConfigProto(
+      allow_soft_placement=True,
+      log_device_placement=('log_device_placement' in FLAGS and
+                            FLAGS.log_device_placement))
+  config.gpu_options.allow_growth = True
+  return config
 
 
 def _path_problem(path):
@@ -533,7 +474,8 @@ def run_main(main, takes_arguments=False):
     return main(argv)
   try:
     app.run(checked_main, flags_parser=_parse_flags)
-  except (UsageError, cifar10_input.DataError) as e:
+  except (UsageError, cifar10_input.DataError,
+          cifar10_checkpoint.CheckpointError) as e:
     sys.stderr.write('Error: %s\n' % e)
     sys.exit(1)
   except KeyboardInterrupt:

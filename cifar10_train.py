@@ -37,7 +37,9 @@ def build_train_op():
     train_op: op for one training step.
     loss: the total loss tensor.
   """
-  global_step = tf.compat.v1.train.get_or_create_global_step()
+  # On the CPU, beside the variables: the hooks read it every step.
+  with tf.device('/cpu:0'):
+    global_step = tf.compat.v1.train.get_or_create_global_step()
 
   # Get images and labels for CIFAR-10.
   # Force input pipeline to CPU:0 to avoid operations sometimes ending up on

@@ -7,10 +7,13 @@ except under CI (CI=true), where its absence is a failure.
 """
 
 import os
+import queue
 import re
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,11 +21,22 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+# Float32 is float32 in the tests, on GPUs too: Ampere and later GPUs
+# multiply float32 matrices in TF32 (a 10-bit mantissa) by default, which
+# the tests' exact comparisons would not survive. The variable reaches
+# cuBLAS and cuDNN in this process and in every script a test runs.
+os.environ.setdefault('NVIDIA_TF32_OVERRIDE', '0')
+
 import cifar10  # pylint: disable=g-import-not-at-top,wrong-import-position
 import cifar10_input  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Tests read flags at their defaults (or as flagsaver sets them).
 cifar10.FLAGS.mark_as_parsed()
+cifar10.tf.config.experimental.enable_tensor_float_32_execution(False)
+
+# Why the GPU tests are skipped here, or None where TensorFlow sees a GPU.
+NO_GPU = (None if cifar10.tf.config.list_physical_devices('GPU') else
+          'TensorFlow sees no GPU on this machine')
 
 ARCHIVE = os.environ.get(
     'CIFAR10_ARCHIVE',
@@ -82,6 +96,22 @@ def make_fake_data(data_dir, records_per_file=20, seed=0):
 
 
 @pytest.fixture
+def cpu_only(monkeypatch):
+  """Hides any GPU from the code under test, as on a machine without one.
+
+  The scripts' device choices then build for the CPU, and the session
+  configs they make (cifar10_multi_gpu_train.tower_devices) keep every op
+  off the GPU.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  real = tf.config.list_physical_devices
+  monkeypatch.setattr(
+      tf.config, 'list_physical_devices',
+      lambda device_type=None: [] if device_type == 'GPU'
+      else real(device_type))
+
+
+@pytest.fixture
 def fake_data_dir(tmp_path):
   """A data_dir with small random data in the CIFAR-10 layout."""
   make_fake_data(str(tmp_path))
@@ -93,6 +123,97 @@ def run_script(script, *args, timeout=600, env=None):
   return subprocess.run(
       [sys.executable, os.path.join(REPO, script)] + list(args),
       cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+# Runs a script with writes limited to argv[1] bytes per file, as a full
+# disk fails them (EFBIG, SIGXFSZ ignored).
+LIMITED = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]),) * 2)
+sys.argv = sys.argv[2:]
+sys.path.insert(0, %r)
+runpy.run_path(sys.argv[0], run_name='__main__')
+""" % REPO
+
+
+def run_limited(limit, script, *args, merge_output=False):
+  """Runs a script as a full disk would let it: no file over limit bytes.
+
+  Args:
+    limit: the most bytes a file may have.
+    script: the script, relative to the repository.
+    *args: its arguments.
+    merge_output: stderr into stdout, in the order written, as on a
+      terminal.
+
+  Returns:
+    The CompletedProcess.
+  """
+  return subprocess.run(
+      [sys.executable, '-c', LIMITED, str(limit), script] + list(args),
+      cwd=REPO, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+      text=True, timeout=600)
+
+
+class LineReader(object):
+  """Reads a stream (a process's stdout or stderr) in a thread of its own,
+  so that a test waits for a line with a deadline that holds even when
+  the process goes quiet.
+
+  Attributes:
+    lines: every line read so far.
+  """
+
+  def __init__(self, stream):
+    self.lines = []
+    self._ended = False
+    self._queue = queue.Queue()
+    threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+  def _read(self, stream):
+    for line in iter(stream.readline, ''):
+      self._queue.put(line)
+    self._queue.put(None)
+
+  def _next(self, deadline):
+    """The next line, or None at the end; AssertionError at the deadline."""
+    if self._ended:
+      return None
+    try:
+      line = self._queue.get(timeout=max(deadline - time.time(), 0))
+    except queue.Empty:
+      raise AssertionError('no line in time; so far:\n' +
+                           ''.join(self.lines[-20:]))
+    if line is None:
+      self._ended = True
+    else:
+      self.lines.append(line)
+    return line
+
+  def wait_for(self, pattern, timeout):
+    """Returns the match of the next line that matches pattern.
+
+    Raises:
+      AssertionError: none within timeout seconds, or the stream ended.
+    """
+    deadline = time.time() + timeout
+    while True:
+      line = self._next(deadline)
+      if line is None:
+        raise AssertionError('ended with no line matching %r:\n%s'
+                             % (pattern, ''.join(self.lines[-20:])))
+      match = re.search(pattern, line)
+      if match:
+        return match
+
+  def text(self, timeout=60):
+    """All the stream's text, once it has ended (within timeout)."""
+    deadline = time.time() + timeout
+    while self._next(deadline) is not None:
+      pass
+    return ''.join(self.lines)
 
 
 def checkpoint_step(train_dir):

@@ -5,6 +5,7 @@ import hashlib
 import http.server
 import io
 import os
+import shutil
 import tarfile
 import threading
 
@@ -13,7 +14,7 @@ import pytest
 
 import cifar10
 import cifar10_input
-from conftest import make_fake_data
+from conftest import make_fake_data, run_limited
 
 
 def _archive(tmp_path):
@@ -162,3 +163,46 @@ def test_archive_without_cifar_directory(tmp_path):
                      match='holds no cifar-10-batches'):
     _get(data_dir, 'file://' + str(path))
   assert sorted(os.listdir(data_dir)) == ['other.tar.gz']
+
+
+def _big_archive(tmp_path, records_per_file):
+  """A .tar.gz in the CIFAR-10 layout, its directory the first member."""
+  source = tmp_path / 'big_source'
+  make_fake_data(str(source), records_per_file=records_per_file)
+  path = tmp_path / 'big.tar.gz'
+  with tarfile.open(str(path), 'w:gz') as tar:
+    tar.add(str(source / cifar10_input.BATCHES_DIR),
+            arcname=cifar10_input.BATCHES_DIR)
+  return str(path)
+
+
+@pytest.mark.parametrize('stage', ['download', 'extraction'])
+def test_full_disk_error_starts_its_own_line(tmp_path, stage):
+  # Random pixels do not compress: 6 files of 300 records are ~5.5 MB, the
+  # archive as much. Each 1 MB chunk of the download, and each member
+  # extracted (the directory first), advances a progress line.
+  archive = _big_archive(tmp_path, records_per_file=300)
+  data_dir = tmp_path / 'data'
+  data_dir.mkdir()
+  if stage == 'extraction':
+    shutil.copy(archive, str(data_dir / 'big.tar.gz'))
+  limit = 1500000 if stage == 'download' else 500000
+  result = run_limited(limit, 'cifar10_train.py',
+                       '--data_dir=' + str(data_dir),
+                       '--data_url=file://' + archive,
+                       '--train_dir=' + str(tmp_path / 'train'),
+                       merge_output=True)
+  assert result.returncode == 1, result.stdout[-3000:]
+  lines = result.stdout.replace('\r', '\n').splitlines()
+  errors = [i for i, l in enumerate(lines) if 'Error:' in l]
+  assert len(errors) == 1, result.stdout[-3000:]
+  error = lines[errors[0]]
+  assert error.startswith('Error: Failed to %s ' % (
+      'download' if stage == 'download' else 'extract')), error
+  assert 'File too large' in error
+  # A progress line came first, and ended before the error.
+  progress = '>> %s big.tar.gz ' % (
+      'Downloading' if stage == 'download' else 'Extracting')
+  assert lines[errors[0] - 1].startswith(progress), lines[-5:]
+  assert not os.path.exists(str(data_dir / cifar10_input.BATCHES_DIR))
+  assert _leftovers(str(data_dir)) == []

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from conftest import REPO, STEP_LINE, checkpoint_step, error_lines, run_script
+from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
+                      run_limited, run_script)
 
 # Every script's directory flags.
 PATH_FLAGS = {
@@ -18,6 +19,7 @@ PATH_FLAGS = {
     'cifar10_multi_gpu_train.py': ['data_dir', 'train_dir'],
     'cifar10_distributed_train.py': ['data_dir', 'train_dir'],
     'cifar10_eval.py': ['data_dir', 'checkpoint_dir', 'eval_dir'],
+    'cifar10_predict.py': ['data_dir', 'checkpoint_dir', 'export_dir'],
     'benchmark.py': ['data_dir'],
 }
 
@@ -26,18 +28,6 @@ PATH_FLAGS = {
 SMALL_FILE_LIMIT = 2000000
 # A checkpoint fits; an event file of some hundred summaries does not.
 CHECKPOINT_FILE_LIMIT = 8700000
-
-# Runs a script with writes limited to argv[1] bytes per file, as a full
-# disk fails them (EFBIG, SIGXFSZ ignored).
-LIMITED = """
-import resource, runpy, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]),) * 2)
-sys.argv = sys.argv[2:]
-sys.path.insert(0, %r)
-runpy.run_path(sys.argv[0], run_name='__main__')
-""" % REPO
-
 
 def _pairs():
   return [(script, name) for script in sorted(PATH_FLAGS)
@@ -148,12 +138,6 @@ def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
   assert checkpoint_step(train_dir) == step + 3
 
 
-def _limited(limit, script, *args):
-  return subprocess.run(
-      [sys.executable, '-c', LIMITED, str(limit), script] + list(args),
-      cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
 def test_failed_checkpoint_write_is_one_line_and_resumable(fake_data_dir,
                                                            tmp_path):
   train_dir = str(tmp_path / 'train')
@@ -162,14 +146,16 @@ def test_failed_checkpoint_write_is_one_line_and_resumable(fake_data_dir,
   assert run_script('cifar10_train.py', '--max_steps=10', *args
                    ).returncode == 0
   good = os.path.join(train_dir, 'model.ckpt-10')
-  full = _limited(SMALL_FILE_LIMIT, 'cifar10_train.py', '--max_steps=30',
-                  *args)
+  full = run_limited(SMALL_FILE_LIMIT, 'cifar10_train.py', '--max_steps=30',
+                     *args)
   assert full.returncode == 1
+  # The checkpoint resumed from is not written again; the one at the end
+  # fails.
   assert error_lines(full.stderr) == [
       'Error: Failed to write the checkpoint %s: File too large. Training '
       'stopped; the last good checkpoint, %s, is kept and the next run '
       'resumes from it. Make room for --train_dir=%s and run again.'
-      % (good, good, train_dir)]
+      % (os.path.join(train_dir, 'model.ckpt-30'), good, train_dir)]
   assert 'Traceback' not in full.stderr
   # Nothing half-written is left.
   assert not [n for n in os.listdir(train_dir) if '_temp' in n]
@@ -186,7 +172,7 @@ def test_failed_event_write_is_one_line_and_resumable(fake_data_dir,
           '--batch_size=1', '--save_summaries_steps=1']
   assert run_script('cifar10_train.py', '--max_steps=5', *args
                    ).returncode == 0
-  full = _limited(CHECKPOINT_FILE_LIMIT, 'cifar10_train.py',
+  full = run_limited(CHECKPOINT_FILE_LIMIT, 'cifar10_train.py',
                   '--max_steps=220', *args)
   assert full.returncode == 1
   lines = error_lines(full.stderr)

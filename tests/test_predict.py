@@ -97,26 +97,69 @@ def test_classifies_as_the_evaluator_and_names_bad_files(
           expected[cifar10_input.CLASS_NAMES.index(name)], abs=6e-4)
 
 
-def test_any_size_and_format(checkpoint_dir, test_records, tmp_path):
+def _block_upscaled(image, factor):
+  """image with every pixel repeated factor x factor times."""
+  return np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
+
+
+def test_any_size_and_format(checkpoint_dir, test_records,
+                             evaluator_probabilities, tmp_path):
   image = test_records[1][0]
-  big = Image.fromarray(image).resize((640, 480), Image.BILINEAR)
-  files = {
-      'big.jpg': big, 'grey.jpg': Image.fromarray(image).convert('L'),
-      'rgba.png': Image.fromarray(image).convert('RGBA'),
-      'image.bmp': Image.fromarray(image), 'image.gif': Image.fromarray(image),
-      'tiny.png': Image.fromarray(image).resize((16, 12))}
-  for name, picture in files.items():
+  # Keeping the aspect ratio, the shorter side is brought to 32 and the
+  # central 32x32 taken: these are the test image again, exactly. Each
+  # bilinear halving of a block-upscaled image averages equal pixels.
+  wide = np.concatenate([np.zeros((32, 8, 3), np.uint8), image,
+                         np.full((32, 8, 3), 255, np.uint8)], axis=1)
+  same = {'upscaled.png': _block_upscaled(image, 4),  # 128x128.
+          'wide.png': wide,  # 32x48: the crop cuts the bands off.
+          'wide_upscaled.png': _block_upscaled(wide, 2)}  # 64x96.
+  other = {'big.jpg': Image.fromarray(image).resize((640, 480),
+                                                    Image.BILINEAR),
+           'grey.jpg': Image.fromarray(image).convert('L'),
+           'rgba.png': Image.fromarray(image).convert('RGBA'),
+           'image.bmp': Image.fromarray(image),
+           'image.gif': Image.fromarray(image),
+           'tiny.png': Image.fromarray(image).resize((16, 12))}
+  for name, picture in same.items():
+    Image.fromarray(picture).save(str(tmp_path / name))
+  for name, picture in other.items():
     picture.save(str(tmp_path / name))
-  result = run_script('cifar10_predict.py', str(tmp_path), '--top_k=3',
+  result = run_script('cifar10_predict.py', str(tmp_path), '--top_k=10',
                       '--checkpoint_dir=' + checkpoint_dir)
   assert result.returncode == 0, result.stderr[-2000:]
-  predictions = _predictions(result.stdout)
-  assert sorted(os.path.basename(p) for p in predictions) == sorted(files)
-  for top in predictions.values():
-    assert sum(p for _, p in top) <= 1.001
+  lines = dict(line.split(': ', 1) for line in result.stdout.splitlines()
+               if ': ' in line)
+  assert sorted(os.path.basename(p) for p in lines) == sorted(
+      list(same) + list(other))
+  expected = evaluator_probabilities[0]
+  for name in same:
+    top = [(n, float(p)) for n, p in (
+        item.split() for item in lines[str(tmp_path / name)].split(', '))]
+    # All 10 classes, most probable first, as the evaluator sees image 0.
+    assert [n for n, _ in top] == [cifar10_input.CLASS_NAMES[c] for c in
+                                   np.argsort(-expected, kind='stable')], name
+    for class_name, probability in top:
+      assert probability == pytest.approx(
+          expected[cifar10_input.CLASS_NAMES.index(class_name)], abs=6e-4)
   # The same pixels, losslessly, classify the same.
-  assert (predictions[str(tmp_path / 'rgba.png')] ==
-          predictions[str(tmp_path / 'image.bmp')])
+  assert lines[str(tmp_path / 'rgba.png')] == lines[str(tmp_path /
+                                                         'image.bmp')]
+
+
+@pytest.mark.parametrize('top_k', [1, 5])
+def test_top_k_prints_that_many_classes(checkpoint_dir, png_dir,
+                                        evaluator_probabilities, top_k):
+  result = run_script('cifar10_predict.py',
+                      os.path.join(png_dir, '00.png'),
+                      os.path.join(png_dir, '01.png'), '--top_k=%d' % top_k,
+                      '--checkpoint_dir=' + checkpoint_dir)
+  assert result.returncode == 0, result.stderr[-2000:]
+  for i, line in enumerate(result.stdout.strip().splitlines()):
+    path, classes = line.split(': ')
+    assert path == os.path.join(png_dir, '%02d.png' % i)
+    names = [item.split()[0] for item in classes.split(', ')]
+    assert names == [cifar10_input.CLASS_NAMES[c] for c in np.argsort(
+        -evaluator_probabilities[i], kind='stable')[:top_k]]
 
 
 def test_nothing_to_do_is_one_line(checkpoint_dir, tmp_path):
@@ -171,3 +214,49 @@ def test_exported_saved_model_stands_alone(checkpoint_dir, png_dir,
   assert out['class_names'] == [cifar10_input.CLASS_NAMES[c]
                                 for c in out['classes']]
   assert out['tflite_bytes'] > 1000000
+
+
+def _layouts_and_types(graph_def):
+  """The data_format values and the tensor types a graph's nodes use."""
+  formats, types = set(), set()
+  for node in list(graph_def.node) + [n for f in graph_def.library.function
+                                      for n in f.node_def]:
+    if 'data_format' in node.attr:
+      formats.add(node.attr['data_format'].s.decode())
+    for value in node.attr.values():
+      if value.type:
+        types.add(tf.dtypes.as_dtype(value.type).name)
+  return formats, types
+
+
+def test_export_is_nhwc_float32_whatever_the_flags(
+    checkpoint_dir, png_dir, evaluator_probabilities, tmp_path):
+  import cifar10_predict  # pylint: disable=g-import-not-at-top
+  export_dir = str(tmp_path / 'portable')
+  checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
+  # As on a GPU machine: NCHW (set past its check, which refuses it on
+  # CPUs that cannot pool NCHW), and the flags of mixed precision and XLA.
+  with flagsaver.flagsaver(use_bf16=True, xla=True):
+    cifar10.FLAGS['data_format'].value = 'NCHW'
+    cifar10_predict.Classifier(checkpoint, portable=True).export(export_dir)
+    asked = cifar10_predict.Classifier(checkpoint).graph.as_graph_def()
+  formats, types = _layouts_and_types(asked)
+  assert 'NCHW' in formats and 'bfloat16' in types  # What was asked for.
+
+  with tf.Graph().as_default(), tf1.Session() as sess:
+    exported = tf1.saved_model.load(sess, ['serve'], export_dir).graph_def
+  formats, types = _layouts_and_types(exported)
+  assert formats == {'NHWC'}, formats
+  assert not types & {'bfloat16', 'float16'}, types
+  assert not [n.name for n in exported.node if '_XlaCompile' in n.attr]
+
+  # It classifies on the CPU alone, as the evaluator does.
+  paths = [os.path.join(png_dir, '%02d.png' % i) for i in range(NUM_IMAGES)]
+  loaded = subprocess.run([sys.executable, '-c', LOAD, export_dir] + paths,
+                          cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=600,
+                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=''))
+  assert loaded.returncode == 0, loaded.stderr[-3000:]
+  out = json.loads(loaded.stdout.splitlines()[-1])
+  np.testing.assert_allclose(out['probabilities'], evaluator_probabilities,
+                             atol=1e-5)

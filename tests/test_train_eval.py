@@ -6,15 +6,16 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
+from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import cifar10
-from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
-                      run_script)
+import cifar10_input
+from conftest import (REPO, STEP_LINE, LineReader, checkpoint_step,
+                      error_lines, make_fake_data, run_script, write_records)
 
 tf1 = tf.compat.v1
 
@@ -44,8 +45,9 @@ def test_train_resume_and_evaluate(real_data_dir, tmp_path):
   assert checkpoint_step(train_dir) == 40
   events_before = set(glob.glob(os.path.join(train_dir, 'events.*')))
 
-  second = _train(real_data_dir, train_dir, '--max_steps=60')
-  assert 'Resuming from' in second.stdout
+  second = _train(real_data_dir, train_dir, '--max_steps=60',
+                  '--save_summaries_steps=10')
+  assert 'Resuming from %s/model.ckpt-40.' % train_dir in second.stdout
   steps = [int(m.group(1)) for m in STEP_LINE.finditer(second.stdout)]
   assert steps == [40, 50], second.stdout
   assert checkpoint_step(train_dir) == 60
@@ -56,8 +58,11 @@ def test_train_resume_and_evaluate(real_data_dir, tmp_path):
               'cross_entropy', 'local3/weight_loss', 'conv1/sparsity',
               'conv2/activations', 'softmax_linear/sparsity',
               'local4/weights', 'local4/weights/gradients',
-              'images/image/0']:
+              'images/image/0', 'global_step/sec']:
     assert tag in tags, sorted(tags)
+  # Written by the second run, which asked for summaries every 10 steps
+  # (the first, at the default of 100, wrote none).
+  assert all(40 < step <= 60 for step, _ in tags['global_step/sec'])
 
   eval_dir = str(tmp_path / 'eval')
   result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
@@ -66,40 +71,129 @@ def test_train_resume_and_evaluate(real_data_dir, tmp_path):
                       '--num_examples=1000', '--batch_size=300')
   assert result.returncode == 0, result.stderr[-3000:]
   lines = [l for l in result.stdout.splitlines() if 'precision @ 1' in l]
-  assert len(lines) == 1
+  assert len(lines) == 1, result.stdout
   precision = float(lines[0].split('= ')[1])
-  assert 0.0 <= precision <= 1.0
-  # 1000 examples at batch 300 is 4 batches; only the first 1000 count, so
-  # the precision is a multiple of 1/1000.
-  assert abs(precision * 1000 - round(precision * 1000)) < 1e-6
+  # What it printed is what it wrote, at the checkpoint's step.
   precision_events = _event_tags(eval_dir)['Precision @ 1']
   assert [step for step, _ in precision_events] == [60]
-  assert abs(precision_events[0][1].simple_value - precision) < 1e-3
+  assert round(precision_events[0][1].simple_value, 3) == precision
+
+
+def _save_constant_model(checkpoint_dir, label, step=7):
+  """Saves a checkpoint of this model that predicts label for every image.
+
+  Every weight and its moving average is zero, and the last layer's bias
+  favours label, so the evaluator's precision is exactly the share of
+  that label among the images it counts.
+  """
+  with tf.Graph().as_default():
+    global_step = tf1.train.get_or_create_global_step()
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+    model = tf1.trainable_variables()
+    tf1.train.ExponentialMovingAverage(
+        cifar10.MOVING_AVERAGE_DECAY).apply(model)
+    bias = np.zeros([cifar10.NUM_CLASSES], np.float32)
+    bias[label] = 10.0
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      for v in tf1.global_variables():
+        if v.dtype.base_dtype == tf.float32:
+          name = v.op.name.replace('/ExponentialMovingAverage', '')
+          v.load(bias if name == 'softmax_linear/biases' else
+                 np.zeros(v.shape.as_list(), np.float32), sess)
+      global_step.load(step, sess)
+      tf1.train.Saver().save(sess, os.path.join(checkpoint_dir, 'model.ckpt'),
+                             global_step=global_step)
+
+
+def _labels(data_dir, names):
+  """The label bytes of binary files, in file order."""
+  return np.concatenate([
+      np.fromfile(os.path.join(data_dir, cifar10_input.BATCHES_DIR, name),
+                  np.uint8).reshape(-1, cifar10_input.RECORD_BYTES)[:, 0]
+      for name in names])
 
 
 def test_eval_counts_exactly_num_examples(real_data_dir, tmp_path):
-  """The evaluator's precision equals a direct count over the first N images."""
-  sys.path.insert(0, REPO)
-  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
-  train_dir = str(tmp_path / 'train')
-  _train(real_data_dir, train_dir, '--max_steps=20')
+  """The precision of a model that always says 'airplane' is the share of
+  airplanes among exactly the first --num_examples test images."""
+  checkpoint_dir = str(tmp_path / 'constant')
+  _save_constant_model(checkpoint_dir, label=0)
+  labels = _labels(real_data_dir, cifar10_input.TEST_FILES)
+  expected = np.mean(labels[:250] == 0)
+  # The tutorial counted every image of the 3 batches of 100 that 250
+  # take: with these images that is another figure.
+  assert abs(np.mean(labels[:300] == 0) - expected) > 0.005
+  eval_dir = str(tmp_path / 'eval')
   result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                      '--checkpoint_dir=' + train_dir,
-                      '--eval_dir=' + str(tmp_path / 'eval'), '--run_once',
+                      '--checkpoint_dir=' + checkpoint_dir,
+                      '--eval_dir=' + eval_dir, '--run_once',
                       '--num_examples=250', '--batch_size=100')
   assert result.returncode == 0, result.stderr[-3000:]
-  reported = float(result.stdout.split('precision @ 1 = ')[1].split()[0])
+  assert re.search(r'^\S+ \S+: precision @ 1 = %.3f$' % expected,
+                   result.stdout, re.M), (expected, result.stdout)
+  (step, value), = _event_tags(eval_dir)['Precision @ 1']
+  assert step == 7 and abs(value.simple_value - expected) < 1e-6
 
-  with flagsaver.flagsaver(data_dir=real_data_dir, batch_size=250), \
-      tf.Graph().as_default():
-    images, labels = cifar10.inputs(eval_data=True)
-    correct = tf1.nn.in_top_k(cifar10.inference(images), labels, 1)
-    ema = tf1.train.ExponentialMovingAverage(cifar10.MOVING_AVERAGE_DECAY)
-    saver = tf1.train.Saver(ema.variables_to_restore())
-    with tf1.Session() as sess:
-      saver.restore(sess, tf1.train.latest_checkpoint(train_dir))
-      expected = np.mean(sess.run(correct))
-  assert abs(reported - expected) < 1e-3 + 1e-9
+
+@pytest.mark.parametrize('eval_data,expected', [('test', '0.000'),
+                                                ('train_eval', '1.000')])
+def test_eval_data_chooses_the_files(tmp_path, eval_data, expected):
+  """Training images all labelled 0, test images 1, a model that always
+  says 0: --eval_data picks which files are counted."""
+  data_dir = str(tmp_path / 'data')
+  written = make_fake_data(data_dir, records_per_file=10)
+  for name, (labels, images) in written.items():
+    write_records(os.path.join(data_dir, cifar10_input.BATCHES_DIR, name),
+                  [1 if name in cifar10_input.TEST_FILES else 0] * 10,
+                  images)
+  _save_constant_model(str(tmp_path / 'constant'), label=0)
+  result = run_script('cifar10_eval.py', '--data_dir=' + data_dir,
+                      '--checkpoint_dir=' + str(tmp_path / 'constant'),
+                      '--eval_dir=' + str(tmp_path / 'eval'), '--run_once',
+                      '--eval_data=' + eval_data, '--num_examples=10',
+                      '--batch_size=10')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().endswith('precision @ 1 = ' + expected)
+
+
+def test_periodic_eval_evaluates_each_checkpoint_once_and_skips_a_gone_one(
+    fake_data_dir, tmp_path, monkeypatch, capsys):
+  import cifar10_eval  # pylint: disable=g-import-not-at-top
+  checkpoint_dir = str(tmp_path / 'constant')
+  _save_constant_model(checkpoint_dir, label=3)
+  real_check = cifar10_eval.check_checkpoint
+  calls = []
+
+  def deleted_at_first(path, var_list):
+    calls.append(path)
+    if len(calls) == 1:  # The saver removes it while the evaluator reads.
+      raise tf.errors.NotFoundError(None, None, 'gone')
+    return real_check(path, var_list)
+
+  sleeps = []
+
+  def sleep(seconds):
+    sleeps.append(seconds)
+    if len(sleeps) == 3:  # A gone one, an evaluation, nothing new: enough.
+      raise KeyboardInterrupt
+  monkeypatch.setattr(cifar10_eval, 'check_checkpoint', deleted_at_first)
+  monkeypatch.setattr(cifar10_eval.time, 'sleep', sleep)
+  eval_dir = str(tmp_path / 'eval')
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8,
+                           checkpoint_dir=checkpoint_dir, eval_dir=eval_dir,
+                           num_examples=16, run_once=False,
+                           eval_interval_secs=1):
+    with pytest.raises(KeyboardInterrupt):
+      cifar10_eval.evaluate()
+  out = capsys.readouterr().out
+  path = os.path.join(checkpoint_dir, 'model.ckpt-7')
+  assert ('Checkpoint %s is gone or incomplete; trying again in 1 s.' % path
+          in out)
+  # Read again on the next look, evaluated once, then left alone.
+  assert len(re.findall('precision @ 1 = ', out)) == 1, out
+  assert calls == [path, path]
+  assert [step for step, _ in _event_tags(eval_dir)['Precision @ 1']] == [7]
 
 
 def test_eval_without_checkpoint_is_one_line(real_data_dir, tmp_path):
@@ -155,16 +249,71 @@ def test_nan_loss_stops_with_one_line_and_keeps_checkpoint(real_data_dir,
   assert result.returncode == 1
   lines = error_lines(result.stderr)
   assert len(lines) == 1 and 'Traceback' not in result.stderr
-  assert re.match(r'Error: Model diverged with loss = (nan|inf) at step \d+\. ',
-                  lines[0]), lines[0]
+  match = re.match(r'Error: Model diverged with loss = (nan|inf) at step '
+                   r'(\d+)\. ', lines[0])
+  assert match, lines[0]
   assert 'Lower --initial_learning_rate (now 100000)' in lines[0]
   kept = tf.train.latest_checkpoint(train_dir)
   assert kept and kept in lines[0]
+  # The NaN check runs before the saver: the step that diverged, which
+  # every step would have saved (--save_checkpoint_steps=1), is not saved.
+  diverged = int(match.group(2))
+  assert os.path.exists(os.path.join(train_dir, 'model.ckpt-%d.index'
+                                     % diverged))
+  assert not glob.glob(os.path.join(train_dir, 'model.ckpt-%d.*'
+                                    % (diverged + 1)))
   reader = tf.train.load_checkpoint(kept)
   for name in reader.get_variable_to_shape_map():
     value = reader.get_tensor(name)
     if np.issubdtype(np.asarray(value).dtype, np.floating):
       assert np.all(np.isfinite(value)), name
+
+
+def test_ctrl_c_saves_a_checkpoint_and_stops(fake_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, 'cifar10_train.py'),
+       '--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+       '--batch_size=8', '--log_frequency=1', '--max_steps=100000'],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  stdout, stderr = LineReader(proc.stdout), LineReader(proc.stderr)
+  for _ in range(5):
+    stdout.wait_for(STEP_LINE, timeout=300)
+  proc.send_signal(signal.SIGINT)
+  proc.wait(timeout=120)
+  assert proc.returncode == 0, stderr.text()[-3000:]
+  step = checkpoint_step(train_dir)
+  assert step >= 5
+  assert stdout.text().splitlines()[-1] == (
+      'Stopped by signal 2; checkpoint saved in %s/model.ckpt-%d.'
+      % (train_dir, step))
+
+
+def test_a_second_signal_interrupts_at_once():
+  import cifar10_hooks  # pylint: disable=g-import-not-at-top
+  hook = cifar10_hooks.StopOnSignalHook()
+  hook.begin()
+  try:
+    os.kill(os.getpid(), signal.SIGINT)  # Noted: stop after this step.
+    assert hook.received == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+  finally:
+    hook.end(None)
+  assert signal.getsignal(signal.SIGINT) is not hook._handle
+
+
+def test_an_interrupt_is_one_line_and_status_130(capsys, monkeypatch):
+  import cifar10_session  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(sys, 'argv', ['cifar10_train.py'])
+
+  def interrupted(argv):
+    raise KeyboardInterrupt
+  with pytest.raises(SystemExit) as exit_status:
+    cifar10_session.run_main(interrupted)
+  assert exit_status.value.code == 130
+  assert capsys.readouterr().err == 'Interrupted.\n'
 
 
 def _save_other_checkpoint(directory, shapes):
@@ -238,3 +387,49 @@ def test_bf16_checkpoint_is_float32_evaluates_and_resumes_either_way(
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert 'Resuming from %s/model.ckpt-10.' % train_dir in resumed.stdout
   assert checkpoint_step(train_dir) == 15
+
+
+def test_eval_raw_weights_restores_the_trained_variables(fake_data_dir,
+                                                         tmp_path):
+  import cifar10_eval  # pylint: disable=g-import-not-at-top
+  train_dir = str(tmp_path / 'train')
+  trained = run_script('cifar10_train.py', '--data_dir=' + fake_data_dir,
+                       '--train_dir=' + train_dir, '--batch_size=8',
+                       '--max_steps=30')
+  assert trained.returncode == 0, trained.stderr[-2000:]
+  checkpoint = tf.train.latest_checkpoint(train_dir)
+  reader = tf.train.load_checkpoint(checkpoint)
+
+  restored = {}
+  for raw in (False, True):
+    with tf.Graph().as_default():
+      cifar10.inference(tf.zeros([1, 24, 24, 3]))
+      variables = cifar10_eval.weights_to_restore(raw)
+      with tf1.Session() as sess:
+        tf1.train.Saver(variables).restore(sess, checkpoint)
+        restored[raw] = {v.op.name: sess.run(v) for v in variables.values()}
+  names = sorted(restored[True])
+  assert len(names) == 10 and 'conv1/weights' in names
+  for name in names:
+    np.testing.assert_array_equal(restored[True][name],
+                                  reader.get_tensor(name))
+    np.testing.assert_array_equal(
+        restored[False][name],
+        reader.get_tensor(name + '/ExponentialMovingAverage'))
+  # After 30 steps the averages lag the weights by far more than rounding.
+  assert np.abs(restored[True]['local3/weights'] -
+                restored[False]['local3/weights']).max() > 1e-3
+
+  for flag, suffix, tag in (('--noraw_weights', '', 'Precision @ 1'),
+                            ('--raw_weights', ' (raw weights)',
+                             'Precision @ 1 (raw weights)')):
+    eval_dir = str(tmp_path / ('eval' + flag))
+    result = run_script('cifar10_eval.py', flag, '--run_once',
+                        '--data_dir=' + fake_data_dir, '--batch_size=8',
+                        '--num_examples=16', '--checkpoint_dir=' + train_dir,
+                        '--eval_dir=' + eval_dir)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [l for l in result.stdout.splitlines() if 'precision @ 1' in l]
+    assert len(lines) == 1 and re.search(
+        r': precision @ 1 = [01]\.\d{3}%s$' % re.escape(suffix), lines[0])
+    assert [step for step, _ in _event_tags(eval_dir)[tag]] == [30]

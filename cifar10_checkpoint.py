@@ -1,0 +1,355 @@
+"""Finding and reading checkpoints: what the trainers resume from and the
+evaluator and cifar10_predict.py restore.
+
+A run directory (--train_dir) holds the checkpoints model.ckpt-N (an
+.index file and .data-*-of-* files each) and the `checkpoint` index file
+that names the latest. The trainers record paths in it relative to the
+directory, so a run directory can be moved, copied or mounted anywhere.
+
+What counts as the latest checkpoint is what is on disk and readable, not
+only what the index file says: latest_checkpoint() looks at every
+checkpoint the index file names (an absolute path to a place that no
+longer exists is looked for by its file name in the directory, as older
+versions wrote them) and every checkpoint file in the directory, newest
+step first, and returns the first whose files are all present, read back
+with their checksums and hold finite values. The ones it passes over come
+with the reason:
+
+  latest = latest_checkpoint('/data/run')
+  latest.path         # '/data/run/model.ckpt-10'
+  latest.passed_over  # [('/data/run/model.ckpt-20', 'its data file ...')]
+
+Readers only read. A trainer about to resume calls prepare_resume(), which
+also moves the files of the checkpoints it passes over (and an unreadable
+index file) into <train_dir>/set_aside/, where the saver cannot overwrite
+them, and rewrites the index file with relative paths. Nothing is deleted.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import collections
+import contextlib
+import logging
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+# The index file that names the latest checkpoint of a directory.
+INDEX_FILE = 'checkpoint'
+
+# Where a trainer moves the files of checkpoints it cannot resume from.
+SET_ASIDE_DIR = 'set_aside'
+
+# A checkpoint file: <prefix>.index or <prefix>.data-00000-of-00001, where
+# the prefix ends in -<global step> (model.ckpt-1000).
+_CHECKPOINT_FILE = re.compile(
+    r'^(?P<prefix>.+-(?P<step>\d+))\.(?:index|data-\d+-of-(?P<shards>\d+))$')
+
+Latest = collections.namedtuple('Latest', ['path', 'passed_over',
+                                           'index_problem'])
+Latest.__doc__ = """The latest readable checkpoint of a directory.
+
+Attributes:
+  path: its path prefix, or None when the directory holds no checkpoint.
+  passed_over: (path, reason) of each newer checkpoint that is not
+    readable, newest first.
+  index_problem: why the index file could not be used, or None.
+"""
+
+
+class CheckpointError(Exception):
+  """A directory holds checkpoints, but none of them can be read."""
+
+
+def _step_of(path):
+  """The global step in a checkpoint's name (model.ckpt-N), or -1."""
+  match = re.search(r'-(\d+)$', path)
+  return int(match.group(1)) if match else -1
+
+
+def _read_index_file(directory):
+  """Reads the checkpoint paths the index file names.
+
+  Returns:
+    (paths, problem): the paths, oldest first, made absolute and looked
+    for in directory by their file names where they do not exist as
+    written; and None, or why the index file cannot be used.
+  """
+  filename = os.path.join(directory, INDEX_FILE)
+  if not tf.io.gfile.exists(filename):
+    return [], None
+  try:
+    with _quiet_tf_logging():  # Its own 'Checkpoint ignored' lines.
+      state = tf1.train.get_checkpoint_state(directory)
+  except ValueError:
+    state = None
+  if state is None:
+    return [], ('the index file %s is unreadable (not a checkpoint state)'
+                % filename)
+  paths = list(state.all_model_checkpoint_paths)
+  if state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  found = []
+  for path in paths:
+    # Older versions wrote absolute paths: the directory may have been
+    # moved or copied since. Its own files are the ones to use.
+    here = os.path.join(directory, os.path.basename(path))
+    found.append(here if _files_of(here) else path)
+  return found, None
+
+
+@contextlib.contextmanager
+def _quiet_tf_logging():
+  """Keeps TensorFlow's Python warnings (deprecations, 'Checkpoint
+  ignored') off the console inside the block: ours say what matters."""
+  logger = tf.get_logger()
+  level = logger.level
+  logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+
+
+def _files_of(prefix, meta=False):
+  """The files of checkpoint prefix that exist: its .index and data files,
+  and its .meta graph if meta."""
+  return sorted(tf.io.gfile.glob(prefix + '.index') +
+                tf.io.gfile.glob(prefix + '.data-*-of-*') +
+                (tf.io.gfile.glob(prefix + '.meta') if meta else []))
+
+
+def _scan(directory):
+  """The prefixes of the checkpoint files in directory."""
+  prefixes = set()
+  for name in tf.io.gfile.listdir(directory):
+    match = _CHECKPOINT_FILE.match(name)
+    if match:
+      prefixes.add(os.path.join(directory, match.group('prefix')))
+  return prefixes
+
+
+def unreadable_reason(prefix):
+  """Why a checkpoint cannot be restored, or None if it can.
+
+  Reads every value back (the reader checks each one's checksum) and
+  checks that the floating-point ones are finite.
+
+  Args:
+    prefix: the checkpoint's path prefix, e.g. '/tmp/run/model.ckpt-10'.
+
+  Returns:
+    None, or the reason as a phrase.
+  """
+  name = os.path.basename(prefix)
+  if not tf.io.gfile.exists(prefix + '.index'):
+    if _files_of(prefix):
+      return 'its index file %s.index is missing' % name
+    return 'its files are missing'
+  data = tf.io.gfile.glob(prefix + '.data-*-of-*')
+  shards = [int(_CHECKPOINT_FILE.match(os.path.basename(f)).group('shards'))
+            for f in data if _CHECKPOINT_FILE.match(os.path.basename(f))]
+  if not data or len(data) < max(shards):
+    return 'its data file %s.data-*-of-* is missing' % name
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+  except (tf.errors.OpError, ValueError) as e:
+    return 'its index file %s.index is damaged (%s)' % (name, _first_line(e))
+  try:
+    for var_name, dtype in reader.get_variable_to_dtype_map().items():
+      value = reader.get_tensor(var_name)
+      if dtype.is_floating and not np.all(np.isfinite(value)):
+        return ('it holds NaN or infinite values (%s): training had '
+                'diverged' % var_name)
+  except (tf.errors.OpError, IndexError, ValueError) as e:
+    return 'its data is cut short or damaged (%s)' % _first_line(e)
+  return None
+
+
+def _first_line(error):
+  """The first line of an exception's message, without TF's path prefix."""
+  text = getattr(error, 'message', None) or str(error)
+  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def latest_checkpoint(directory):
+  """Finds the newest readable checkpoint of a directory; writes nothing.
+
+  Args:
+    directory: a run directory (--train_dir, --checkpoint_dir).
+
+  Returns:
+    A Latest: path None if the directory holds no checkpoint at all.
+
+  Raises:
+    CheckpointError: it holds checkpoints, but none is readable.
+  """
+  if not tf.io.gfile.isdir(directory):
+    return Latest(None, [], None)
+  named, index_problem = _read_index_file(directory)
+  candidates = set(named) | _scan(directory)
+  # Newest first: by the step in the name, then by the index file's order.
+  order = {path: i for i, path in enumerate(named)}
+  candidates = sorted(candidates, reverse=True,
+                      key=lambda p: (_step_of(p), order.get(p, -1)))
+  passed_over = []
+  for path in candidates:
+    reason = unreadable_reason(path)
+    if reason is None:
+      return Latest(path, passed_over, index_problem)
+    passed_over.append((path, reason))
+  if not passed_over:
+    return Latest(None, [], index_problem)
+  raise CheckpointError(
+      'No readable checkpoint in %s: %s. Nothing was changed; copy the '
+      'checkpoint files in again from where they came from, or use another '
+      'directory.' % (directory, '; '.join(
+          '%s: %s' % (os.path.basename(path), reason)
+          for path, reason in passed_over)))
+
+
+def _set_aside(train_dir, paths):
+  """Moves files into train_dir/SET_ASIDE_DIR, never over another file.
+
+  Returns:
+    The directory they are in now.
+  """
+  aside = os.path.join(train_dir, SET_ASIDE_DIR)
+  tf.io.gfile.makedirs(aside)
+  for path in paths:
+    target = os.path.join(aside, os.path.basename(path))
+    suffix = 1
+    while tf.io.gfile.exists(target):
+      target = os.path.join(aside, '%s.%d' % (os.path.basename(path), suffix))
+      suffix += 1
+    tf.io.gfile.rename(path, target)
+  return aside
+
+
+def prepare_resume(train_dir, report=print):
+  """Makes the newest readable checkpoint the one a trainer resumes from.
+
+  The checkpoints newer than it that cannot be read, and an unreadable
+  index file, are moved to train_dir/set_aside/ (one line each says which
+  and why), so that no save overwrites them; the index file is rewritten
+  with paths relative to train_dir when it says anything else.
+
+  Args:
+    train_dir: the trainer's --train_dir.
+    report: prints a line.
+
+  Returns:
+    The checkpoint's path, or None when train_dir holds none.
+
+  Raises:
+    CheckpointError: train_dir holds checkpoints, none of them readable.
+  """
+  latest = latest_checkpoint(train_dir)
+  if latest.index_problem:
+    aside = _set_aside(train_dir, [os.path.join(train_dir, INDEX_FILE)])
+    report('Note: %s; moved it to %s/ and went by the checkpoint files.'
+           % (latest.index_problem, aside))
+  for path, reason in latest.passed_over:
+    files = _files_of(path, meta=True)
+    if files and (os.path.normpath(os.path.dirname(path)) ==
+                  os.path.normpath(train_dir)):
+      moved = ' Its files are moved to %s/.' % _set_aside(train_dir, files)
+    else:
+      moved = ''
+    report('Note: checkpoint %s is passed over: %s.%s Training resumes from '
+           '%s.' % (path, reason, moved, latest.path))
+  if latest.path is None:
+    return None
+  write_index(train_dir, latest.path)
+  return latest.path
+
+
+def write_index(train_dir, path):
+  """Makes path the latest checkpoint in the index file, relative paths.
+
+  The older checkpoints it named stay named (oldest first), so that the
+  saver goes on keeping its last few and removing older ones. An index
+  file that says exactly this already is left as it is.
+
+  Args:
+    train_dir: the run directory.
+    path: the checkpoint, in train_dir.
+  """
+  named, _ = _read_index_file(train_dir)
+  older = [p for p in named if _step_of(p) < _step_of(path) and _files_of(p)]
+  paths = [os.path.relpath(p, train_dir) for p in older + [path]]
+  filename = os.path.join(train_dir, INDEX_FILE)
+  if tf.io.gfile.exists(filename):
+    with tf.io.gfile.GFile(filename) as f:
+      if f.read().splitlines() == (
+          ['model_checkpoint_path: "%s"' % paths[-1]] +
+          ['all_model_checkpoint_paths: "%s"' % p for p in paths]):
+        return
+  with _quiet_tf_logging():  # update_checkpoint_state is deprecated.
+    # Relative paths under an absolute train_dir are written as they are.
+    tf1.train.update_checkpoint_state(
+        os.path.abspath(train_dir), paths[-1],
+        all_model_checkpoint_paths=paths)
+
+
+def checkpoint_step(checkpoint_path):
+  """Returns the global step a checkpoint was saved at; 0 for None."""
+  if checkpoint_path is None:
+    return 0
+  return int(tf.train.load_checkpoint(checkpoint_path).get_tensor(
+      tf1.GraphKeys.GLOBAL_STEP))
+
+
+def rewind_to_finite(train_dir):
+  """Makes the newest checkpoint whose values are all finite the latest.
+
+  The step before a NaN loss may already have written non-finite weights,
+  and a checkpoint may have been saved from them. Those checkpoints stay on
+  disk; a rerun passes over them (prepare_resume).
+
+  Returns:
+    The path of that checkpoint, or None if there is none.
+  """
+  try:
+    latest = latest_checkpoint(train_dir).path
+  except CheckpointError:
+    return None
+  if latest:
+    write_index(train_dir, latest)
+  return latest
+
+
+def add_saver():
+  """Adds the saver that the training session takes for its checkpoints.
+
+  The session's default saver, except that the index file records paths
+  relative to --train_dir, so that the directory can be moved.
+  """
+  if not tf1.get_collection(tf1.GraphKeys.SAVERS):
+    tf1.add_to_collection(tf1.GraphKeys.SAVERS, tf1.train.Saver(
+        sharded=True, max_to_keep=5, keep_checkpoint_every_n_hours=10000.0,
+        allow_empty=True, save_relative_paths=True))
+
+
+class CheckpointSaverHook(tf1.train.CheckpointSaverHook):
+  """TensorFlow's checkpoint saver, except that it does not save again the
+  checkpoint training resumes from (it would at the start), so the files
+  a user has stay exactly as they were."""
+
+  def __init__(self, resumed_step, *args, **kwargs):
+    """resumed_step: the step of the checkpoint resumed from, or None; the
+    other arguments are tf.compat.v1.train.CheckpointSaverHook's."""
+    super(CheckpointSaverHook, self).__init__(*args, **kwargs)
+    self._resumed_step = resumed_step
+
+  def _save(self, session, step):
+    if step == self._resumed_step:
+      self._resumed_step = None
+      return False  # Do not stop.
+    return super(CheckpointSaverHook, self)._save(session, step)

@@ -1,0 +1,150 @@
+"""The hooks the trainers' sessions run at every step.
+
+The tutorial's step line (LoggerHook), the stop on a NaN loss
+(NanLossHook), a clean stop on Ctrl-C or SIGTERM (StopOnSignalHook) and
+the stop of a session that starts at --max_steps (StopIfReachedHook).
+cifar10_session.run_training adds them to its training session:
+
+  hooks = [NanLossHook(loss), StopOnSignalHook(),
+           LoggerHook(loss, log_frequency=10, examples_per_step=128)]
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import datetime
+import math
+import signal
+import sys
+import threading
+import time
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+FLAGS = tf1.flags.FLAGS
+
+
+class NanLossError(Exception):
+  """The loss became NaN or infinite."""
+
+  def __init__(self, step, value):
+    super(NanLossError, self).__init__('step %d, loss = %s' % (step, value))
+    self.step = step
+    self.value = value
+
+
+class _StepCounter(tf1.train.SessionRunHook):
+  """Base hook that knows the global step of the run in progress."""
+
+  def __init__(self):
+    self.step = 0
+
+  def after_create_session(self, session, coord):
+    self.step = session.run(tf1.train.get_global_step())
+
+  def after_run(self, run_context, run_values):
+    self.step += 1
+
+
+class StopIfReachedHook(_StepCounter):
+  """Stops a session that starts at --max_steps or past it before its first
+  step (a worker that learns the step only in the session)."""
+
+  def after_create_session(self, session, coord):
+    super(StopIfReachedHook, self).after_create_session(session, coord)
+    if self.step >= FLAGS.max_steps:
+      coord.request_stop()
+
+
+class NanLossHook(_StepCounter):
+  """Stops training with NanLossError when the loss is not finite."""
+
+  def __init__(self, loss):
+    super(NanLossHook, self).__init__()
+    self._loss = loss
+
+  def before_run(self, run_context):
+    return tf1.train.SessionRunArgs(self._loss)
+
+  def after_run(self, run_context, run_values):
+    if not math.isfinite(run_values.results):
+      raise NanLossError(self.step, run_values.results)
+    super(NanLossHook, self).after_run(run_context, run_values)
+
+
+class LoggerHook(_StepCounter):
+  """Prints the step, loss and speed every log_frequency steps."""
+
+  def __init__(self, loss, log_frequency, examples_per_step, num_towers=1,
+               prefix=''):
+    super(LoggerHook, self).__init__()
+    self._prefix = prefix
+    self._loss = loss
+    self._log_frequency = log_frequency
+    self._examples_per_step = examples_per_step
+    self._num_towers = num_towers
+    self._start_time = None
+    self._start_step = 0
+
+  def after_create_session(self, session, coord):
+    super(LoggerHook, self).after_create_session(session, coord)
+    self._start_time = time.time()
+    self._start_step = self.step
+
+  def before_run(self, run_context):
+    if self.step % self._log_frequency == 0:
+      return tf1.train.SessionRunArgs(self._loss)
+    return None
+
+  def after_run(self, run_context, run_values):
+    if self.step % self._log_frequency == 0:
+      current_time = time.time()
+      duration = ((current_time - self._start_time) /
+                  (self.step + 1 - self._start_step))
+      self._start_time = current_time
+      self._start_step = self.step + 1
+      examples_per_sec = self._examples_per_step / duration
+      sec_per_batch = duration / self._num_towers
+      format_str = ('%s%s: step %d, loss = %.2f (%.1f examples/sec; %.3f '
+                    'sec/batch)')
+      print(format_str % (self._prefix, datetime.datetime.now(), self.step,
+                          run_values.results, examples_per_sec,
+                          sec_per_batch))
+      sys.stdout.flush()
+    super(LoggerHook, self).after_run(run_context, run_values)
+
+
+class StopOnSignalHook(tf1.train.SessionRunHook):
+  """Turns SIGINT and SIGTERM into a clean stop after the current step.
+
+  The session then ends normally, so the checkpoint saver writes a
+  checkpoint at the step reached. A second signal interrupts at once.
+  """
+
+  SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+  def __init__(self):
+    self.received = None
+    self._previous = {}
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.received is not None:
+      raise KeyboardInterrupt
+    self.received = signum
+
+  def begin(self):
+    if threading.current_thread() is not threading.main_thread():
+      return  # Python takes signals in the main thread only.
+    for signum in self.SIGNALS:
+      self._previous[signum] = signal.signal(signum, self._handle)
+
+  def after_run(self, run_context, run_values):
+    if self.received is not None:
+      run_context.request_stop()
+
+  def end(self, session):
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)

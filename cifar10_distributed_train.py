@@ -1,12 +1,27 @@
 """Trains CIFAR-10 across machines on TensorFlow's distributed runtime.
 
-Parameter-server tasks hold the variables; each worker task runs
---num_gpus towers (the multi-GPU trainer's towers, averaged locally) and
-sends the mean gradient to the parameter servers. With --sync_replicas
-(the default) a SyncReplicasOptimizer aggregates one gradient from every
-worker into each update; without it every worker updates on its own
-(asynchronous). Worker 0 is the chief: it initializes or restores the
-model and writes checkpoints and summaries to --train_dir.
+Two ways to share the variables, chosen by the cluster (or by
+--variable_update):
+
+Parameter servers (the cluster has ps tasks; parameter_server): the ps
+tasks hold the variables; each worker runs --num_gpus towers (the
+multi-GPU trainer's towers, averaged locally) and sends the mean gradient
+to them. With --sync_replicas (the default) a SyncReplicasOptimizer
+aggregates one gradient from every worker into each update; without it
+every worker updates on its own (asynchronous).
+
+All-reduce (no ps tasks; replicated): every worker keeps its own copy of
+the variables on its towers. Each step one collective all-reduce averages
+the gradients of all towers of all workers, and every copy applies the
+same mean, so the copies stay equal. The chief broadcasts its initial or
+restored values to the others. A worker that waits --peer_timeout_secs
+for a peer that is gone says which and exits; restarting the cluster
+resumes from the chief's checkpoint.
+
+Either way worker 0 is the chief: it initializes or restores the model
+and writes checkpoints and summaries to --train_dir. The cluster is given
+by --ps_hosts, --worker_hosts, --job_name and --task_index, or by the
+TF_CONFIG environment variable (cifar10_cluster.py).
 
 Usage, 1 ps + 2 workers on one machine (one command per terminal):
   H='--ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223,127.0.0.1:2224'
@@ -15,6 +30,13 @@ Usage, 1 ps + 2 workers on one machine (one command per terminal):
       --train_dir=/tmp/cifar10_dist --max_steps=300
   python cifar10_distributed_train.py $H --job_name=worker --task_index=1 \\
       --train_dir=/tmp/cifar10_dist --max_steps=300
+
+and 2 workers all-reducing, no ps:
+  H='--worker_hosts=127.0.0.1:2223,127.0.0.1:2224'
+  python cifar10_distributed_train.py $H --job_name=worker --task_index=0 \\
+      --train_dir=/tmp/cifar10_allreduce --max_steps=300
+  python cifar10_distributed_train.py $H --job_name=worker --task_index=1 \\
+      --max_steps=300
 
 A synchronous step consumes batch_size x num_gpus x workers examples; the
 learning-rate schedule counts them. Every process exits when training
@@ -30,6 +52,7 @@ import threading
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_cluster
 import cifar10_session
 import cifar10_multi_gpu_train as multi
 import tensorflow as tf
@@ -39,33 +62,35 @@ flags = tf1.flags
 FLAGS = flags.FLAGS
 
 flags.DEFINE_enum('job_name', None, ['ps', 'worker'],
-                  'This task\'s job: ps or worker.')
+                  'This task\'s job: ps or worker (or TF_CONFIG\'s task).')
 flags.DEFINE_integer('task_index', 0, 'This task\'s index in its job.',
                      lower_bound=0)
-flags.DEFINE_list('ps_hosts', [], 'Parameter servers, host:port,...')
+flags.DEFINE_list('ps_hosts', [], 'Parameter servers, host:port,...; none: '
+                  'the workers all-reduce.')
 flags.DEFINE_list('worker_hosts', [], 'Workers, host:port,...; the first '
-                  'is the chief.')
+                  'is the chief. Without host lists: TF_CONFIG\'s cluster.')
 for _hosts in ('ps_hosts', 'worker_hosts'):
   flags.register_validator(
-      _hosts, lambda hosts: all(_is_host_port(h) for h in hosts),
+      _hosts, lambda hosts: all(cifar10_cluster.is_host_port(h)
+                                for h in hosts),
       message='give each task as host:port, the port a number 1-65535')
 flags.DEFINE_boolean('sync_replicas', True,
-                     'Aggregate one gradient from every worker into each '
-                     'update; false: every worker updates on its own.')
+                     'Parameter servers: aggregate one gradient from every '
+                     'worker into each update; false: every worker updates '
+                     'on its own.')
 flags.DEFINE_integer('stall_report_secs', 60,
-                     'Report when a step waits longer than this (a worker '
-                     'missing in synchronous mode).', lower_bound=1)
+                     'Parameter servers: report when a step waits longer '
+                     'than this (a worker missing in synchronous mode).',
+                     lower_bound=1)
+flags.DEFINE_integer('peer_timeout_secs', 300,
+                     'All-reduce: how long a worker waits for a peer that '
+                     'does not come (stopped, or never started) before it '
+                     'says which and exits.', lower_bound=1)
 flags.adopt_module_key_flags(multi)
 flags.adopt_module_key_flags(cifar10)
 
 # Seconds a blocking call waits before checking for Ctrl-C again.
 POLL_SECS = 0.5
-
-
-def _is_host_port(address):
-  """Returns whether address reads as host:port."""
-  host, _, port = address.rpartition(':')
-  return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _done_queue(ps_task, num_workers):
@@ -75,39 +100,47 @@ def _done_queue(ps_task, num_workers):
                          shared_name='done_queue_%d' % ps_task)
 
 
-def serve_ps(server, num_workers):
+def serve_ps(server, task_index, num_workers):
   """Serves the variables until every worker has said it is done.
 
   SIGINT (Ctrl-C) or SIGTERM stops it sooner.
 
   Args:
     server: this ps task's tf.distribute.Server.
+    task_index: the ps task's index.
     num_workers: number of worker tasks.
   """
-  print('ps task %d serving; it exits when all %d workers are done '
-        '(Ctrl-C stops it sooner).' % (FLAGS.task_index, num_workers))
   received = []
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, lambda signum, frame: received.append(signum))
   with tf.Graph().as_default():
-    dequeue = _done_queue(FLAGS.task_index, num_workers).dequeue()
+    dequeue = _done_queue(task_index, num_workers).dequeue()
     config = tf1.ConfigProto(
-        device_filters=['/job:ps/task:%d' % FLAGS.task_index])
+        device_filters=['/job:ps/task:%d' % task_index])
     sess = tf1.Session(server.target, config=config)
 
     def count_done():
-      for done in range(num_workers):
-        sess.run(dequeue)
-        print('ps task %d: %d of %d workers done.'
-              % (FLAGS.task_index, done + 1, num_workers))
+      try:
+        for done in range(num_workers):
+          sess.run(dequeue)
+          print('ps task %d: %d of %d workers done.'
+                % (task_index, done + 1, num_workers))
+      except tf.errors.OpError:
+        pass  # The session was closed: stopped by a signal.
+    print('ps task %d serving; it exits when all %d workers are done '
+          '(Ctrl-C stops it sooner).' % (task_index, num_workers))
     # The main thread stays in Python, where signals are handled.
     counter = threading.Thread(target=count_done, daemon=True)
     counter.start()
     while counter.is_alive() and not received:
       counter.join(POLL_SECS)
+    # Closing the session ends the wait in the thread, which must not be
+    # in TensorFlow when the interpreter exits.
+    sess.close()
+    counter.join()
   if received:
     print('ps task %d: stopped by signal %d.'
-          % (FLAGS.task_index, received[0]))
+          % (task_index, received[0]))
 
 
 def _signal_done(server, num_ps, num_workers):
@@ -145,38 +178,38 @@ class StallReportHook(tf1.train.SessionRunHook):
       self._timer.cancel()
 
 
-def _wait_for_chief(server, task_index):
-  """Returns once the chief has initialized or restored the model.
+def _wait_for_chief(server, task, config):
+  """Returns once the chief has initialized or restored the model (ps mode).
 
   The training session would check too, but only every 30 seconds.
 
   Args:
     server: this worker's tf.distribute.Server.
-    task_index: the worker's index.
+    task: the worker's cifar10_cluster.Task.
+    config: its session config.
   """
   uninitialized = tf1.report_uninitialized_variables(tf1.global_variables())
-  with tf1.Session(server.target, config=session_config(task_index)) as sess:
+  with tf1.Session(server.target, config=config) as sess:
     if sess.run(uninitialized).size:
       print('Worker %d: waiting for the chief (worker 0) to initialize the '
-            'model.' % task_index)
+            'model.' % task.task_index)
     while sess.run(uninitialized).size:
       time.sleep(POLL_SECS)
 
 
-def build_worker_graph(cluster, task_index, local_devices, batches=None):
-  """Builds worker task_index's graph in the default graph.
+def build_worker_graph(task, local_devices, batches=None):
+  """Builds a worker's graph for parameter-server mode, in the default graph.
 
   Args:
-    cluster: the tf.compat.v1.train.ClusterSpec.
-    task_index: the worker's index.
+    task: the worker's cifar10_cluster.Task.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
     batches: list of (images, labels) per tower; None: the input pipeline.
 
   Returns:
     A cifar10_multi_gpu_train.TrainGraph.
   """
-  num_workers = cluster.num_tasks('worker')
-  worker = '/job:worker/task:%d' % task_index
+  num_workers = len(task.worker_hosts)
+  worker = '/job:worker/task:%d' % task.task_index
 
   def sync_optimizer(opt, moving_averages):
     return tf1.train.SyncReplicasOptimizer(
@@ -184,11 +217,12 @@ def build_worker_graph(cluster, task_index, local_devices, batches=None):
         total_num_replicas=num_workers, variable_averages=moving_averages,
         variables_to_average=tf1.trainable_variables())
 
-  # Variables round-robin on the ps tasks; everything else on this worker,
-  # the towers on its local_devices (no job in them, or the variables,
-  # pinned to '/cpu:0', would stay on the worker).
+  # Variables round-robin on the ps tasks' CPUs; everything else on this
+  # worker, the towers on its local_devices (no job in them, or the
+  # variables, pinned to '/cpu:0', would stay on the worker).
   with tf1.device(tf1.train.replica_device_setter(
-      worker_device=worker + '/cpu:0', cluster=cluster)):
+      ps_device='/job:ps/cpu:0', worker_device=worker + '/cpu:0',
+      cluster=task.cluster_spec())):
     if batches is None:
       batches = cifar10.distorted_batches(FLAGS.num_gpus)
     return multi.build_train_op(
@@ -198,129 +232,183 @@ def build_worker_graph(cluster, task_index, local_devices, batches=None):
         sync_optimizer=sync_optimizer if FLAGS.sync_replicas else None)
 
 
-def session_config(task_index):
-  """The worker's session config: it sees the ps tasks and itself only."""
-  config = cifar10_session.session_config()
-  config.device_filters.extend(['/job:ps', '/job:worker/task:%d' % task_index])
-  return config
+def _on_worker(task, device):
+  """device ('/gpu:1') on this worker: '/job:worker/task:i/device:GPU:1'."""
+  return tf.DeviceSpec.from_string(
+      '/job:worker/task:%d' % task.task_index).make_merged_spec(
+          tf.DeviceSpec.from_string(device)).to_string()
 
 
-def train(server, cluster, task_index, local_devices, make_batches=None,
-          init_fn=None):
-  """Trains as worker task_index until the global step reaches --max_steps.
+def broadcast_from_chief(task, variables):
+  """The op that gives every worker the chief's values of variables.
+
+  A collective broadcast on each worker's CPU, a variable at a time, in
+  the order of the list, which is the same on every worker (they build the
+  same graph). The chief sends; the others receive and assign.
+
+  Args:
+    task: this worker's cifar10_cluster.Task.
+    variables: the global variables.
+
+  Returns:
+    The op.
+  """
+  common = dict(group_size=len(task.worker_hosts), group_key=2,
+                timeout_seconds=float(FLAGS.peer_timeout_secs))
+  ops = []
+  with tf.device(_on_worker(task, '/cpu:0')), tf1.name_scope('broadcast'):
+    for key, var in enumerate(variables):
+      if task.is_chief:
+        ops.append(tf.raw_ops.CollectiveBcastSendV2(
+            input=var.read_value(), instance_key=key + 1, **common))
+      else:
+        ops.append(var.assign(tf.raw_ops.CollectiveBcastRecvV2(
+            T=var.dtype.base_dtype, shape=var.shape.as_list(),
+            instance_key=key + 1, **common)))
+  return tf.group(*ops)
+
+
+def build_allreduce_graph(task, local_devices, batches=None):
+  """Builds a worker's graph for all-reduce mode, in the default graph.
+
+  The worker's own variables, on its towers as the multi-GPU trainer's
+  --variable_update=replicated has them; one all-reduce over the towers
+  of all workers; the chief's values broadcast after initialization.
+
+  Args:
+    task: the worker's cifar10_cluster.Task.
+    local_devices: the towers' devices on the worker, all distinct.
+    batches: list of (images, labels) per tower; None: the input pipeline.
+
+  Returns:
+    A cifar10_multi_gpu_train.TrainGraph.
+  """
+  with tf.device(_on_worker(task, '/cpu:0')):
+    if batches is None:
+      batches = cifar10.distorted_batches(FLAGS.num_gpus)
+    return multi.build_train_op(
+        batches, [_on_worker(task, d) for d in local_devices], 'replicated',
+        num_workers=len(task.worker_hosts),
+        broadcast=lambda variables: broadcast_from_chief(task, variables),
+        timeout_secs=FLAGS.peer_timeout_secs)
+
+
+def _ps_mode_hooks(task, graph):
+  """The parameter-server mode's hooks: the stall report, and with
+  --sync_replicas the optimizer's (it also readies the queues)."""
+  num_workers = len(task.worker_hosts)
+  hooks = [StallReportHook(
+      FLAGS.stall_report_secs,
+      'Worker %d: a step has waited %d s. In synchronous mode every step '
+      'needs all %d workers: start or restart the missing one with its '
+      'same flags.' % (task.task_index, FLAGS.stall_report_secs,
+                       num_workers))]
+  if FLAGS.sync_replicas:
+    # The optimizer's queue runner waits for the next step's gradients
+    # when training ends; closing the session cancels it, which is how it
+    # ends, not an error to print.
+    cifar10_session.quiet_thread_errors(
+        lambda args: issubclass(args.exc_type, tf.errors.CancelledError))
+    # No tokens to start with: each worker gives one gradient to each
+    # update, then waits for the next (the chief could use spare tokens to
+    # give two).
+    hooks.append(graph.optimizer.make_session_run_hook(task.is_chief,
+                                                       num_tokens=0))
+    # The session checks this; a run already at --max_steps starts none.
+    graph.optimizer.ready_for_local_init_op.mark_used()
+  return hooks
+
+
+def train(server, task, mode, local_devices, config, make_batches=None,
+          init_fn=None, hooks=()):
+  """Trains as this worker until the global step reaches --max_steps.
 
   Args:
     server: this worker's tf.distribute.Server.
-    cluster: the tf.compat.v1.train.ClusterSpec.
-    task_index: the worker's index; 0 is the chief.
+    task: the worker's cifar10_cluster.Task; worker 0 is the chief.
+    mode: cifar10_cluster.PARAMETER_SERVER or ALL_REDUCE.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
+    config: the worker's tower ConfigProto (multi.tower_devices).
     make_batches: None for the input pipeline, or a function returning
       the list of (images, labels) per tower (tests).
     init_fn: None, or a function(scaffold, session) the chief runs after
       initializing the variables (tests).
+    hooks: more SessionRunHooks (tests).
 
   Returns:
     The number of steps this worker ran.
-  """
-  is_chief = task_index == 0
-  num_workers = cluster.num_tasks('worker')
-  with tf.Graph().as_default():
-    graph = build_worker_graph(cluster, task_index, local_devices,
-                               make_batches() if make_batches else None)
-    hooks = [StallReportHook(
-        FLAGS.stall_report_secs,
-        'Worker %d: a step has waited %d s. In synchronous mode every step '
-        'needs all %d workers: start or restart the missing one with its '
-        'same flags.' % (task_index, FLAGS.stall_report_secs, num_workers))]
-    if FLAGS.sync_replicas:
-      # The optimizer's queue runner waits for the next step's gradients
-      # when training ends; closing the session cancels it, which is how
-      # it ends, not an error to print.
-      cifar10_session.quiet_thread_errors(
-          lambda args: issubclass(args.exc_type, tf.errors.CancelledError))
-      # No tokens to start with: each worker gives one gradient to each
-      # update, then waits for the next (the chief could use spare tokens
-      # to give two).
-      hooks.append(graph.optimizer.make_session_run_hook(is_chief,
-                                                         num_tokens=0))
-      # The session checks this; a run already at --max_steps starts none.
-      graph.optimizer.ready_for_local_init_op.mark_used()
-    if not is_chief:
-      _wait_for_chief(server, task_index)
-    return cifar10_session.run_training(
-        graph.train_op, graph.loss,
-        examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-        num_towers=FLAGS.num_gpus,
-        config=session_config(task_index),
-        scaffold=tf1.train.Scaffold(summary_op=graph.summary_op,
-                                    local_init_op=graph.local_init_op,
-                                    init_fn=init_fn),
-        master=server.target, is_chief=is_chief, hooks=hooks,
-        log_prefix='Worker %d: ' % task_index)
-
-
-def start_server(cluster, job_name, task_index, config):
-  """Starts this task's server.
-
-  Args:
-    cluster: the tf.compat.v1.train.ClusterSpec.
-    job_name: 'ps' or 'worker'.
-    task_index: the task's index in its job.
-    config: the tf.compat.v1.ConfigProto that sets the task's devices.
-
-  Returns:
-    The tf.distribute.Server.
 
   Raises:
-    cifar10_session.UsageError: the task is not in the cluster, or its port is
-      taken.
+    cifar10_session.UsageError: all-reduce, and a peer is gone.
   """
-  num_tasks = cluster.num_tasks(job_name)
-  if task_index >= num_tasks:
-    raise cifar10_session.UsageError(
-        '--task_index=%d, but --%s_hosts lists %d task(s).'
-        % (task_index, job_name, num_tasks))
-  try:
-    return tf1.train.Server(cluster, job_name=job_name,
-                            task_index=task_index, config=config)
-  except (tf.errors.OpError, ValueError) as e:
-    raise cifar10_session.UsageError(
-        'Cannot start the %s task %d server at %s: %s. Is the port in use?'
-        % (job_name, task_index, cluster.task_address(job_name, task_index),
-           str(e).splitlines()[0]))
+  config = cifar10_cluster.session_config(task, mode, config)
+  with tf.Graph().as_default():
+    batches = make_batches() if make_batches else None
+    if mode == cifar10_cluster.PARAMETER_SERVER:
+      graph = build_worker_graph(task, local_devices, batches)
+      hooks = list(hooks) + _ps_mode_hooks(task, graph)
+      if not task.is_chief:
+        _wait_for_chief(server, task, config)
+    else:
+      graph = build_allreduce_graph(task, local_devices, batches)
+    try:
+      return cifar10_session.run_training(
+          graph.train_op, graph.loss,
+          examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+          num_towers=FLAGS.num_gpus, config=config,
+          scaffold=tf1.train.Scaffold(summary_op=graph.summary_op,
+                                      local_init_op=graph.local_init_op,
+                                      init_fn=init_fn),
+          master=server.target, is_chief=task.is_chief,
+          own_variables=mode == cifar10_cluster.ALL_REDUCE, hooks=hooks,
+          log_prefix='Worker %d: ' % task.task_index)
+    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
+            tf.errors.AbortedError, cifar10_session.PeerGoneError) as e:
+      if mode != cifar10_cluster.ALL_REDUCE:
+        raise
+      raise cifar10_session.UsageError(_peer_gone(task, e))
+
+
+def _peer_gone(task, error):
+  """The line for a worker whose all-reduce or broadcast a peer left."""
+  gone = cifar10_cluster.unanswered_peers(task)
+  return ('Worker %d: gave up waiting for %s after at most %d s%s. Restart '
+          'the whole cluster: it resumes from the chief\'s latest checkpoint '
+          'in its --train_dir.' % (
+              task.task_index, ' and '.join(gone) or 'a peer',
+              FLAGS.peer_timeout_secs,
+              ': it does not answer (stopped, or never started)' if gone
+              else ' (%s)' % str(error).splitlines()[0]))
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  if FLAGS.job_name is None:
-    raise cifar10_session.UsageError('Give this task\'s job: --job_name=ps or '
-                                     '--job_name=worker.')
-  if not FLAGS.ps_hosts or not FLAGS.worker_hosts:
-    raise cifar10_session.UsageError(
-        'Give the cluster: --ps_hosts=host:port,... and '
-        '--worker_hosts=host:port,...')
-  if FLAGS.variable_update != 'parameter_server':
-    raise cifar10_session.UsageError(
-        'Distributed training keeps the variables on the ps tasks: use '
-        '--variable_update=parameter_server.')
-  cluster = tf1.train.ClusterSpec({'ps': FLAGS.ps_hosts,
-                                   'worker': FLAGS.worker_hosts})
-  num_workers = len(FLAGS.worker_hosts)
-  if FLAGS.job_name == 'worker':
-    cifar10.maybe_download_and_extract()
-  if FLAGS.job_name == 'ps':
-    server = start_server(cluster, 'ps', FLAGS.task_index,
-                          cifar10_session.session_config())
-    serve_ps(server, num_workers)
+  task = cifar10_cluster.from_flags_or_tf_config()
+  mode = cifar10_cluster.mode_of(task)
+  print(task.describe(mode))
+  num_workers = len(task.worker_hosts)
+  if task.job_name == 'ps':
+    server = cifar10_cluster.start_server(
+        task, cifar10_cluster.server_config(task, mode, None))
+    serve_ps(server, task.task_index, num_workers)
     return
-  local_devices, config = multi.tower_devices(FLAGS.num_gpus,
-                                              FLAGS.virtual_cpus)
-  server = start_server(cluster, 'worker', FLAGS.task_index, config)
+  cifar10.maybe_download_and_extract()
+  local_devices, config = multi.tower_devices(
+      FLAGS.num_gpus, FLAGS.virtual_gpus or mode == cifar10_cluster.ALL_REDUCE)
+  gpus = cifar10_cluster.local_gpus(
+      task, FLAGS.num_gpus, len(tf.config.list_physical_devices('GPU')))
+  if gpus:
+    config.gpu_options.visible_device_list = gpus
+    print('Worker %d: GPUs %s of this machine, which it shares with other '
+          'workers.' % (task.task_index, gpus))
+  server = cifar10_cluster.start_server(
+      task, cifar10_cluster.server_config(task, mode, config))
   try:
-    steps = train(server, cluster, FLAGS.task_index, local_devices)
+    steps = train(server, task, mode, local_devices, config)
   finally:
-    _signal_done(server, len(FLAGS.ps_hosts), num_workers)
+    if mode == cifar10_cluster.PARAMETER_SERVER:
+      _signal_done(server, len(task.ps_hosts), num_workers)
   print('Worker %d: done after %d steps of its own (%d examples).'
-        % (FLAGS.task_index, steps, steps * FLAGS.batch_size * FLAGS.num_gpus))
+        % (task.task_index, steps, steps * FLAGS.batch_size * FLAGS.num_gpus))
 
 
 if __name__ == '__main__':

@@ -30,9 +30,11 @@ towers' gradients: synchronous data parallelism. A step consumes
 batch_size x num_gpus examples; the learning-rate schedule counts epochs
 accordingly.
 
-Without a GPU the towers run on the CPU (a notice says so); with
---virtual_cpus each tower gets its own virtual CPU device /cpu:i, which
-shows the placement on machines without GPUs.
+With fewer GPUs than towers, --virtual_gpus splits GPU 0 into one virtual
+GPU per tower (a real /gpu:i each, with its share of the memory and its
+own streams), so the towers, copies and averaging run for real on one
+card. Without a GPU the towers run on the CPU (a notice says so); with
+--virtual_gpus each tower then gets its own virtual CPU device /cpu:i.
 """
 
 from __future__ import absolute_import
@@ -45,6 +47,7 @@ import re
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
 import cifar10_session
+import numpy as np
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -53,9 +56,12 @@ FLAGS = flags.FLAGS
 
 cifar10_session.define_trainer_flags(max_steps=1000000)
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use.', lower_bound=1)
-flags.DEFINE_boolean('virtual_cpus', False,
-                     'Without GPUs, run tower i on its own virtual CPU '
-                     'device /cpu:i instead of all towers on /cpu:0.')
+flags.DEFINE_boolean('virtual_gpus', False,
+                     'With fewer GPUs than --num_gpus, split GPU 0 into '
+                     '--num_gpus virtual GPUs, each with an equal share of '
+                     'its memory; without a GPU, run tower i on its own '
+                     'virtual CPU device /cpu:i instead of all on /cpu:0.')
+flags.DEFINE_alias('virtual_cpus', 'virtual_gpus')
 flags.DEFINE_enum('variable_update', 'parameter_server',
                   ['parameter_server', 'replicated'],
                   'parameter_server: the variables live on /cpu:0 and the '
@@ -130,29 +136,44 @@ def average_gradients(tower_grads):
   return average_grads
 
 
-def tower_devices(num_towers, virtual_cpus=False):
+def tower_devices(num_towers, virtual=False):
   """Chooses a device for each tower.
+
+  One GPU per tower where there are enough GPUs. With fewer GPUs and
+  virtual, GPU 0 is split into num_towers virtual GPUs, each with an equal
+  share of its memory; without a GPU, virtual gives tower i its own
+  virtual CPU device /cpu:i, and otherwise all towers share /cpu:0.
 
   Args:
     num_towers: number of towers (--num_gpus).
-    virtual_cpus: without GPUs, put tower i on virtual CPU device /cpu:i.
+    virtual: --virtual_gpus: split a device when there are too few.
 
   Returns:
     devices: list of num_towers device names.
-    config: the tf.compat.v1.ConfigProto for the session.
+    config: the tf.compat.v1.ConfigProto for the session, which makes them.
 
   Raises:
-    cifar10_session.UsageError: more towers than visible GPUs.
+    cifar10_session.UsageError: more towers than GPUs, and not virtual.
   """
   config = cifar10_session.session_config()
   num_visible = len(tf.config.list_physical_devices('GPU'))
+  devices = ['/gpu:%d' % i for i in range(num_towers)]
+  if num_visible >= num_towers:
+    return devices, config
+  if num_visible and virtual:
+    config.gpu_options.visible_device_list = '0'
+    config.gpu_options.experimental.num_virtual_devices_per_gpu = num_towers
+    print('--virtual_gpus: %d GPU(s) visible, so GPU 0 is split into %d '
+          'virtual GPUs, /gpu:0 to /gpu:%d, each with 1/%d of its memory.'
+          % (num_visible, num_towers, num_towers - 1, num_towers))
+    return devices, config
   if num_visible:
-    if num_towers > num_visible:
-      raise cifar10_session.UsageError(
-          '--num_gpus=%d, but only %d GPU(s) are visible. Use --num_gpus=%d '
-          'or less.' % (num_towers, num_visible, num_visible))
-    return ['/gpu:%d' % i for i in range(num_towers)], config
-  if virtual_cpus:
+    raise cifar10_session.UsageError(
+        '--num_gpus=%d, but only %d GPU(s) are visible. Use --num_gpus=%d '
+        'or less, or add --virtual_gpus to split GPU 0 into %d virtual '
+        'GPUs.' % (num_towers, num_visible, num_visible, num_towers))
+  config.device_count['GPU'] = 0
+  if virtual:
     config.device_count['CPU'] = num_towers
     return ['/cpu:%d' % i for i in range(num_towers)], config
   print('No GPU found: running the %d tower(s) on the CPU.' % num_towers)
@@ -182,27 +203,40 @@ def _replica_getter(device, tower):
   return custom_getter
 
 
-def all_reduce_mean(tower_grads, devices):
-  """Averages each gradient across towers, the mean landing on every tower.
+def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0):
+  """Averages the gradients across towers, the mean landing on every tower.
 
-  Uses TensorFlow's collective all-reduce (a ring across the devices).
+  Each tower packs its gradients into one vector, and one collective
+  all-reduce averages the vectors of all towers (of every worker taking
+  part, in distributed training): NCCL's where the towers are on GPUs,
+  else TensorFlow's ring across the devices. The means are then unpacked.
 
   Args:
     tower_grads: list over towers of lists of (gradient, variable) pairs.
     devices: the towers' devices, all distinct.
+    group_size: towers taking part in all, this process's and other
+      workers'; None: this process's.
+    timeout_secs: how long the all-reduce waits for a tower that does not
+      come before it fails with DeadlineExceededError; 0: for ever.
 
   Returns:
     The same structure, each gradient replaced by the mean over towers.
   """
-  reduced = [[] for _ in devices]
-  for key, grad_and_vars in enumerate(zip(*tower_grads)):
-    for tower, (grad, var) in enumerate(grad_and_vars):
-      with tf.device(devices[tower]):
-        mean = tf.raw_ops.CollectiveReduceV2(
-            input=grad, group_size=len(devices), group_key=1,
-            instance_key=key + 1, ordering_token=[], merge_op='Add',
-            final_op='Div')
-      reduced[tower].append((mean, var))
+  on_gpus = all(tf.DeviceSpec.from_string(d).device_type == 'GPU'
+                for d in devices)
+  reduced = []
+  for device, grads_and_vars in zip(devices, tower_grads):
+    with tf.device(device), tf1.name_scope('all_reduce'):
+      grads = [g for g, _ in grads_and_vars]
+      packed = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+      mean = tf.raw_ops.CollectiveReduceV2(
+          input=packed, group_size=group_size or len(devices), group_key=1,
+          instance_key=1, ordering_token=[], merge_op='Add', final_op='Div',
+          communication_hint='nccl' if on_gpus else 'auto',
+          timeout_seconds=float(timeout_secs))
+      means = tf.split(mean, [int(np.prod(g.shape)) for g in grads])
+      reduced.append([(tf.reshape(m, g.shape), v) for m, g, (_, v) in zip(
+          means, grads, grads_and_vars)])
   return reduced
 
 
@@ -212,7 +246,8 @@ TrainGraph = collections.namedtuple(
 
 
 def build_train_op(batches, devices, variable_update='parameter_server',
-                   num_workers=1, sync_optimizer=None):
+                   num_workers=1, sync_optimizer=None, broadcast=None,
+                   timeout_secs=0):
   """Builds one tower per device and the synchronous update of them all.
 
   Must be called under tf.device('/cpu:0') (or a device function putting
@@ -224,11 +259,17 @@ def build_train_op(batches, devices, variable_update='parameter_server',
     devices: list of device names, one per tower.
     variable_update: 'parameter_server' or 'replicated' (distinct devices).
     num_workers: machines running these towers each step, for the
-      learning-rate schedule (the distributed trainer).
+      learning-rate schedule (the distributed trainer); replicated, the
+      all-reduce averages the towers of all of them.
     sync_optimizer: None, or a function (optimizer, moving_averages),
       called once the variables exist, that wraps the optimizer to
       aggregate the workers' updates and applies the moving averages
-      itself (the distributed trainer).
+      itself (the distributed trainer's parameter-server mode).
+    broadcast: None, or a function of the list of global variables that
+      returns the op setting them to the chief's values once they are
+      initialized or restored (the distributed trainer's all-reduce mode).
+    timeout_secs: replicated: how long the all-reduce waits for a tower
+      that does not come; 0: for ever.
 
   Returns:
     A TrainGraph: train_op, the op for one synchronous step of all towers;
@@ -283,7 +324,8 @@ def build_train_op(batches, devices, variable_update='parameter_server',
   if replicated:
     # Each tower gets the mean gradient and applies it to its own copy, all
     # in one update (one loss-scale check, one global step).
-    grads = sum(all_reduce_mean(tower_grads, devices), [])
+    grads = sum(all_reduce_mean(tower_grads, devices,
+                                num_workers * len(devices), timeout_secs), [])
   else:
     # We must calculate the mean of each gradient. Note that this is the
     # synchronization point across all towers.
@@ -299,8 +341,12 @@ def build_train_op(batches, devices, variable_update='parameter_server',
                                      average=sync_optimizer is None)
 
   # Initializes the local variables, all of them created by now; the
-  # replicas start from tower 0's values, initialized or restored.
+  # replicas start from tower 0's values, initialized or restored (and
+  # across workers, from the chief's).
   local_init_op = tf1.train.Scaffold.default_local_init_op()
+  if broadcast:
+    with tf.control_dependencies([local_init_op]):
+      local_init_op = broadcast(tf1.global_variables())
   with tf.control_dependencies([local_init_op]):
     local_init_op = tf.group(*[
         replica.assign(var)
@@ -316,20 +362,23 @@ def build_train_op(batches, devices, variable_update='parameter_server',
                     local_init_op, opt)
 
 
-def build_graph(num_towers):
+def build_graph(num_towers, virtual=None):
   """Builds the trainer's graph, input pipeline included, per the flags.
 
   Args:
     num_towers: number of towers.
+    virtual: whether to split a device where there are too few (see
+      tower_devices); None: --virtual_gpus.
 
   Returns:
     graph: the TrainGraph.
     config: the tf.compat.v1.ConfigProto for the session.
   """
   replicated = FLAGS.variable_update == 'replicated'
-  # Replicas need a device each: without GPUs, one virtual CPU per tower.
-  devices, config = tower_devices(num_towers,
-                                  FLAGS.virtual_cpus or replicated)
+  if virtual is None:
+    virtual = FLAGS.virtual_gpus
+  # Replicas need a device each: virtual ones where there are too few.
+  devices, config = tower_devices(num_towers, virtual or replicated)
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
     batches = cifar10.distorted_batches(num_towers)

@@ -1,5 +1,6 @@
 """The distributed trainer on loopback: 1 ps + 2 workers, sync and async."""
 
+import json
 import os
 import re
 import signal
@@ -11,11 +12,15 @@ import time
 
 from absl.testing import flagsaver
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import cifar10
+import cifar10_cluster
 import cifar10_distributed_train as dist
-from conftest import REPO, checkpoint_step, error_lines, run_script
+import cifar10_multi_gpu_train as multi
+from conftest import (REPO, LineReader, checkpoint_step, error_lines,
+                      run_script)
 
 tf1 = tf.compat.v1
 
@@ -39,33 +44,38 @@ def _hosts(ports):
           '--worker_hosts=127.0.0.1:%d,127.0.0.1:%d' % tuple(ports[1:])]
 
 
-def _start(*args):
-  """Starts a task of cifar10_distributed_train.py in the background."""
-  return subprocess.Popen(
+def _start(*args, tf_config=None):
+  """Starts a task of cifar10_distributed_train.py in the background.
+
+  Args:
+    *args: its flags.
+    tf_config: None, or the dict to give it as TF_CONFIG.
+  """
+  env = dict(os.environ)
+  env.pop('TF_CONFIG', None)
+  if tf_config is not None:
+    env['TF_CONFIG'] = json.dumps(tf_config)
+  process = subprocess.Popen(
       [sys.executable, os.path.join(REPO, 'cifar10_distributed_train.py')]
       + list(args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True)
+      text=True, env=env)
+  # Read as it comes, so that waits keep their deadlines and no pipe fills.
+  process.out, process.err = LineReader(process.stdout), LineReader(
+      process.stderr)
+  return process
 
 
 def _wait_for_line(process, pattern, timeout):
-  """Reads process's stdout until a line matches; returns the lines read."""
-  lines = []
-  deadline = time.time() + timeout
-  while time.time() < deadline:
-    line = process.stdout.readline()
-    if not line:
-      break
-    lines.append(line)
-    if re.search(pattern, line):
-      return lines
-  raise AssertionError('no line matching %r in %ds:\n%s'
-                       % (pattern, timeout, ''.join(lines)))
+  """Waits for a line of process's stdout to match; returns the lines read
+  so far."""
+  process.out.wait_for(pattern, timeout)
+  return process.out.lines
 
 
 def _finish(process, timeout):
   """Waits for process; returns (returncode, stdout, stderr)."""
-  out, err = process.communicate(timeout=timeout)
-  return process.returncode, out, err
+  process.wait(timeout=timeout)
+  return process.returncode, process.out.text(), process.err.text()
 
 
 def _run_cluster(flags):
@@ -109,9 +119,11 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
         p.kill()
   for rc, out, err in results:
     assert rc == 0, out[-2000:] + err[-3000:]
-  # Everyone is gone within seconds of the chief (no 60 or 120 s hang).
-  assert others_after_chief < 15
-  chief_out = ''.join(early) + results[0][1]
+  # Everyone is gone soon after the chief (no 60 or 120 s hang), on a
+  # busy machine too.
+  assert others_after_chief < 45
+  assert 'a step has waited 3 s' in ''.join(early)
+  chief_out = results[0][1]
   steps = {int(m.group(1)): int(m.group(2))
            for m in DONE_LINE.finditer(chief_out + results[1][1])}
   assert sorted(steps) == [0, 1]
@@ -195,11 +207,56 @@ def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
     assert ps.poll() is None
     ps.send_signal(signal.SIGINT)
     assert ps.wait(timeout=30) == 0
-    assert "ps task 0: stopped by signal 2." in ps.stdout.read()
+    assert "ps task 0: stopped by signal 2." in ps.out.text()
   finally:
     for p in (ps, chief, worker):
       if p.poll() is None:
         p.kill()
+
+
+def test_sigterm_stops_a_ps_task(fake_data_dir):
+  ps = _start('--job_name=ps', '--data_dir=' + fake_data_dir,
+              *_hosts(_free_ports(3)))
+  try:
+    _wait_for_line(ps, r'^ps task 0 serving', timeout=120)
+    ps.send_signal(signal.SIGTERM)
+    rc, out, err = _finish(ps, timeout=60)
+  finally:
+    if ps.poll() is None:
+      ps.kill()
+  assert rc == 0, err[-3000:]
+  assert out.splitlines()[-1] == 'ps task 0: stopped by signal 15.'
+
+
+def test_restarted_sync_worker_rejoins(fake_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  common = _hosts(_free_ports(3)) + [
+      '--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+      '--batch_size=8', '--max_steps=40', '--log_frequency=1',
+      '--stall_report_secs=3']
+  ps = _start('--job_name=ps', '--task_index=0', *common)
+  chief = _start('--job_name=worker', '--task_index=0', *common)
+  worker = _start('--job_name=worker', '--task_index=1', *common)
+  restarted = None
+  try:
+    _wait_for_line(worker, r'^Worker 1: .*step 5, loss', timeout=300)
+    worker.kill()  # kill -9.
+    worker.wait(timeout=30)
+    # Every update needs both: the chief waits, and says so.
+    _wait_for_line(chief, r'a step has waited 3 s', timeout=120)
+    restarted = _start('--job_name=worker', '--task_index=1', *common)
+    results = [_finish(p, timeout=300) for p in (chief, restarted, ps)]
+  finally:
+    for p in (ps, chief, worker, restarted):
+      if p and p.poll() is None:
+        p.kill()
+  for rc, out, err in results:
+    assert rc == 0, out[-2000:] + err[-3000:]
+  steps = {int(m.group(1)): int(m.group(2))
+           for m in DONE_LINE.finditer(results[0][1] + results[1][1])}
+  assert steps[1] > 0  # The restarted worker took part in updates.
+  assert 40 <= checkpoint_step(train_dir) <= 41
+  assert 'ps task 0: 2 of 2 workers done.' in results[2][1]
 
 
 def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
@@ -207,38 +264,82 @@ def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
   images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
   ports = _free_ports(3)
-  cluster = tf1.train.ClusterSpec({
-      'ps': ['127.0.0.1:%d' % ports[0]],
-      'worker': ['127.0.0.1:%d' % p for p in ports[1:]]})
-  servers = [tf1.train.Server(cluster, job, index)
-             for job, index in (('ps', 0), ('worker', 0), ('worker', 1))]
-  initial = {}
+  tasks = _tasks(['127.0.0.1:%d' % ports[0]],
+                 ['127.0.0.1:%d' % p for p in ports[1:]])
+  initial, steps, _ = _train_in_threads(tasks, cifar10_cluster.PARAMETER_SERVER,
+                                        images, labels, tmp_path)
+  assert steps == {0: 1, 1: 1}
+  reader = tf.train.load_checkpoint(str(tmp_path))
+  assert reader.get_tensor('global_step') == 1
+  _assert_one_step_on_both_batches(initial, reader, images, labels)
+
+
+def _tasks(ps_hosts, worker_hosts):
+  """The Task of every worker of a cluster."""
+  return [cifar10_cluster.Task(ps_hosts, worker_hosts, 'worker', i, 'a test')
+          for i in range(len(worker_hosts))]
+
+
+class _FinalValues(tf1.train.SessionRunHook):
+  """Keeps the global variables' values at the end of a session."""
+
+  def __init__(self):
+    self.values = {}
+
+  def end(self, session):
+    self.values = {v.op.name: session.run(v) for v in tf1.global_variables()}
+
+
+def _train_in_threads(tasks, mode, images, labels, train_dir, max_steps=1):
+  """Trains every worker of tasks (and serves the ps tasks) in threads, on
+  one fixed batch each.
+
+  Returns:
+    (the chief's initial values, {worker: steps run}, {worker: its global
+    variables' values at the end}).
+  """
+  ps_hosts, worker_hosts = tasks[0].ps_hosts, tasks[0].worker_hosts
+  servers, configs = {}, {}
+  for task in tasks:
+    _, configs[task.task_index] = multi.tower_devices(1, virtual=True)
+    servers[task.task_index] = cifar10_cluster.start_server(
+        task, cifar10_cluster.server_config(
+            task, mode, configs[task.task_index]))
+  for i in range(len(ps_hosts)):
+    ps = cifar10_cluster.Task(ps_hosts, worker_hosts, 'ps', i, 'a test')
+    servers['ps', i] = cifar10_cluster.start_server(
+        ps, cifar10_cluster.server_config(ps, mode, None))
+  initial, steps, final = {}, {}, {}
 
   def record_initial(scaffold, session):
     del scaffold
     initial.update({v.op.name: session.run(v)
                     for v in tf1.global_variables()})
 
-  with flagsaver.flagsaver(batch_size=8, max_steps=1, num_gpus=1,
-                           train_dir=str(tmp_path), sync_replicas=True):
-    steps = {}
+  with flagsaver.flagsaver(batch_size=8, max_steps=max_steps, num_gpus=1,
+                           train_dir=str(train_dir), sync_replicas=True,
+                           peer_timeout_secs=60):
 
-    def run_worker(index):
+    def run_worker(task):
+      index = task.task_index
+      hook = _FinalValues()
       steps[index] = dist.train(
-          servers[index + 1], cluster, index, ['/cpu:0'],
+          servers[index], task, mode, ['/cpu:0'], configs[index],
           make_batches=lambda: [(tf.constant(images[index]),
                                  tf.constant(labels[index]))],
-          init_fn=record_initial if index == 0 else None)
-    threads = [threading.Thread(target=run_worker, args=(i,)) for i in (0, 1)]
+          init_fn=record_initial if index == 0 else None, hooks=[hook])
+      final[index] = hook.values
+    threads = [threading.Thread(target=run_worker, args=(t,)) for t in tasks]
     for t in threads:
       t.start()
     for t in threads:
       t.join(timeout=120)
-  assert steps == {0: 1, 1: 1}
-  reader = tf.train.load_checkpoint(str(tmp_path))
-  assert reader.get_tensor('global_step') == 1
+  return initial, steps, final
 
-  # One step of the single-tower trainer on the 16 images of both.
+
+def _assert_one_step_on_both_batches(initial, reader, images, labels):
+  """The checkpoint (reader) holds one step of the single-tower trainer
+  from initial on the 16 images of both workers."""
   with flagsaver.flagsaver(batch_size=16), tf.Graph().as_default():
     global_step = tf1.train.get_or_create_global_step()
     total_loss = cifar10.loss(
@@ -262,19 +363,169 @@ def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
                                atol=1e-6, err_msg=name)
 
 
-def test_variables_on_ps_tasks_towers_on_the_worker():
-  cluster = tf1.train.ClusterSpec({
-      'ps': ['127.0.0.1:1', '127.0.0.1:2'],
-      'worker': ['127.0.0.1:3', '127.0.0.1:4']})
+def test_allreduce_workers_step_as_one_tower_on_both_batches_and_agree(
+    tmp_path):
+  rng = np.random.RandomState(6)
+  images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
+  labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
+  tasks = _tasks([], ['127.0.0.1:%d' % p for p in _free_ports(2)])
+  initial, steps, final = _train_in_threads(
+      tasks, cifar10_cluster.ALL_REDUCE, images, labels, tmp_path)
+  assert steps == {0: 1, 1: 1}
+  reader = tf.train.load_checkpoint(str(tmp_path))
+  assert reader.get_tensor('global_step') == 1
+  _assert_one_step_on_both_batches(initial, reader, images, labels)
+  # Worker 1 started from the chief's values (its own initial ones were
+  # other random numbers) and applied the same mean: the copies are equal.
+  assert len(final[0]) == 21 and sorted(final[0]) == sorted(final[1])
+  for name, value in final[0].items():
+    np.testing.assert_array_equal(final[1][name], value, err_msg=name)
+    np.testing.assert_array_equal(reader.get_tensor(name), value,
+                                  err_msg=name)
+
+
+def test_variables_on_ps_tasks_cpus_towers_on_the_worker():
+  task = _tasks(['127.0.0.1:1', '127.0.0.1:2'],
+                ['127.0.0.1:3', '127.0.0.1:4'])[1]
   with flagsaver.flagsaver(batch_size=8, num_gpus=2), tf.Graph().as_default():
     batch = (tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))
-    dist.build_worker_graph(cluster, 1, ['/cpu:0', '/cpu:1'], [batch, batch])
+    dist.build_worker_graph(task, ['/cpu:0', '/cpu:1'], [batch, batch])
     graph = tf1.get_default_graph()
     model = tf1.global_variables()
-    # Round-robin over both ps tasks.
-    assert {v.device[:len('/job:ps/task:0')] for v in model} == {
-        '/job:ps/task:0', '/job:ps/task:1'}
+    # Round-robin over both ps tasks, on their CPUs (the global step and
+    # the loss scale too), never a ps host's GPU.
+    assert {v.device for v in model} == {
+        '/job:ps/task:0/device:CPU:0', '/job:ps/task:1/device:CPU:0'}
     convs = {op.device for op in graph.get_operations()
              if op.type == 'Conv2D'}
     assert convs == {'/job:worker/task:1/device:CPU:0',
                      '/job:worker/task:1/device:CPU:1'}
+
+
+def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
+    fake_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  hosts = '--worker_hosts=' + ','.join('127.0.0.1:%d' % p
+                                       for p in _free_ports(2))
+  common = [hosts, '--data_dir=' + fake_data_dir, '--batch_size=8',
+            '--log_frequency=1', '--peer_timeout_secs=15',
+            '--save_checkpoint_steps=5']
+  chief = _start('--job_name=worker', '--task_index=0', '--max_steps=100000',
+                 '--train_dir=' + train_dir, *common)
+  worker = _start('--job_name=worker', '--task_index=1', '--max_steps=100000',
+                  *common)
+  try:
+    lines = _wait_for_line(chief, r'^Worker 0: .*step 10, loss', timeout=300)
+    assert 'every worker holds the variables' in lines[0], lines
+    worker.kill()  # kill -9: the chief waits in its all-reduce.
+    worker.wait(timeout=30)
+    killed_at = time.time()
+    rc, out, err = _finish(chief, timeout=120)
+    waited = time.time() - killed_at
+  finally:
+    for p in (chief, worker):
+      if p.poll() is None:
+        p.kill()
+  assert rc == 1, out[-2000:] + err[-3000:]
+  assert waited < 15 + 30, waited  # The timeout, and some for the exit.
+  match = re.match(
+      r'Error: Worker 0: gave up waiting for worker 1 \(127\.0\.0\.1:\d+\) '
+      r'after at most 15 s: it does not answer \(stopped, or never '
+      r'started\)\. Restart the whole cluster: it resumes from the chief\'s '
+      r'latest checkpoint in its --train_dir\.$', '\n'.join(error_lines(err)))
+  assert match, error_lines(err) or err[-3000:]
+  saved = checkpoint_step(train_dir)
+  assert saved >= 10
+
+  # Restarted, the cluster resumes from the chief's latest checkpoint.
+  restarted = [_start('--job_name=worker', '--task_index=%d' % i,
+                      '--max_steps=%d' % (saved + 5),
+                      '--train_dir=' + train_dir, *common) for i in (0, 1)]
+  results = [_finish(p, timeout=300) for p in restarted]
+  for rc, out, err in results:
+    assert rc == 0, out[-2000:] + err[-3000:]
+  assert 'Resuming from %s/model.ckpt-%d.' % (train_dir, saved) in (
+      results[0][1])
+  assert checkpoint_step(train_dir) == saved + 5
+  for i, (_, out, _) in enumerate(results):
+    assert 'Worker %d: done after 5 steps of its own (40 examples).' % i in out
+
+
+def test_three_tasks_from_tf_config_alone_train_and_finish(fake_data_dir,
+                                                            tmp_path):
+  ports = _free_ports(3)
+  cluster = {'chief': ['127.0.0.1:%d' % ports[0]],
+             'worker': ['127.0.0.1:%d' % ports[1]],
+             'ps': ['127.0.0.1:%d' % ports[2]]}
+  train_dir = str(tmp_path / 'train')
+  flags = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+           '--batch_size=8', '--max_steps=20']
+  tasks = [_start(*flags, tf_config={'cluster': cluster,
+                                     'task': {'type': task, 'index': 0}})
+           for task in ('PS', 'Chief', 'worker')]
+  try:
+    (_, ps_out, _), (chief_rc, chief_out, chief_err), (rc, out, err) = [
+        _finish(p, timeout=300) for p in tasks]
+  finally:
+    for p in tasks:
+      if p.poll() is None:
+        p.kill()
+  assert chief_rc == 0 and rc == 0, chief_err[-3000:] + err[-3000:]
+  assert chief_out.startswith(
+      'Worker 0 of a cluster of 2 worker(s) and 1 ps task(s), from '
+      'TF_CONFIG; the ps tasks hold the variables.')
+  assert out.startswith('Worker 1 of a cluster of 2 worker(s) and 1 ps '
+                        'task(s), from TF_CONFIG;')
+  assert ps_out.startswith('Ps 0 of a cluster of 2 worker(s) and 1 ps '
+                           'task(s), from TF_CONFIG;')
+  assert 'ps task 0: 2 of 2 workers done.' in ps_out
+  assert 20 <= checkpoint_step(train_dir) <= 21
+
+
+def _learning_rate_at(graph, steps):
+  """The learning rate a built trainer graph gives at each global step.
+
+  The graph's 'learning_rate' summary, evaluated alone, on this machine,
+  with the global step it reads fed in.
+  """
+  lr, = [s.op.inputs[1] for s in graph.get_collection(
+      tf1.GraphKeys.SUMMARIES) if s.op.type == 'ScalarSummary' and
+         s.op.inputs[0].op.get_attr('value').string_val == [b'learning_rate']]
+  graph_def = tf1.graph_util.extract_sub_graph(graph.as_graph_def(),
+                                               [lr.op.name])
+  for node in graph_def.node:
+    node.device = ''
+  with tf.Graph().as_default() as alone:
+    tf1.import_graph_def(graph_def, name='')
+    read, = [op.outputs[0] for op in alone.get_operations()
+             if op.type == 'ReadVariableOp']
+    with tf1.Session() as sess:
+      return [sess.run(lr.name, {read: step}) for step in steps]
+
+
+@pytest.mark.parametrize('trainer,examples_per_step', [
+    ('single tower', 8), ('multi-GPU, 2 towers', 16),
+    ('ps sync, 2 workers x 2 towers', 32), ('ps async, 2 x 2', 16),
+    ('all-reduce, 2 workers x 2 towers', 32)])
+def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
+    fake_data_dir, trainer, examples_per_step):
+  import cifar10_train  # pylint: disable=g-import-not-at-top
+  ps_task = _tasks(['127.0.0.1:1'], ['127.0.0.1:2', '127.0.0.1:3'])[1]
+  all_reduce_task = _tasks([], ['127.0.0.1:2', '127.0.0.1:3'])[1]
+  build = {
+      'single tower': cifar10_train.build_train_op,
+      'multi-GPU, 2 towers': lambda: multi.build_graph(2),
+      'ps sync, 2 workers x 2 towers': lambda: dist.build_worker_graph(
+          ps_task, ['/cpu:0', '/cpu:1']),
+      'ps async, 2 x 2': lambda: dist.build_worker_graph(
+          ps_task, ['/cpu:0', '/cpu:1']),
+      'all-reduce, 2 workers x 2 towers': lambda: dist.build_allreduce_graph(
+          all_reduce_task, ['/cpu:0', '/cpu:1']),
+  }[trainer]
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8, num_gpus=2,
+                           sync_replicas='async' not in trainer), \
+      tf.Graph().as_default() as graph:
+    build()
+  decay = int(50000 / examples_per_step * 350)
+  assert _learning_rate_at(graph, [0, decay - 1, decay]) == pytest.approx(
+      [0.1, 0.1, 0.01])

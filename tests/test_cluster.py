@@ -1,0 +1,193 @@
+"""The cluster of a distributed task (cifar10_cluster.py): from the command
+line or TF_CONFIG, its mode, its servers' configs, and Kubeflow's TFJobs."""
+
+import json
+import os
+import re
+
+from absl.testing import flagsaver
+import pytest
+import yaml
+
+import cifar10_cluster
+import cifar10_distributed_train  # pylint: disable=unused-import
+from conftest import REPO, error_lines, run_script
+
+FLAGS = cifar10_cluster.FLAGS
+
+CLUSTER = {'chief': ['c0:2222'], 'worker': ['w0:2222', 'w1:2222'],
+           'ps': ['p0:2222']}
+
+
+def _parse(cluster, task_type, index):
+  return cifar10_cluster.parse_tf_config(json.dumps(
+      {'cluster': cluster, 'task': {'type': task_type, 'index': index}}))
+
+
+@pytest.mark.parametrize('task_type,index,job,expected_index', [
+    ('chief', 0, 'worker', 0), ('worker', 0, 'worker', 1),
+    ('worker', 1, 'worker', 2), ('ps', 0, 'ps', 0),
+    ('CHIEF', 0, 'worker', 0), ('Worker', 1, 'worker', 2)])
+def test_tf_config_chief_is_worker_0_and_workers_follow(
+    task_type, index, job, expected_index):
+  assert _parse(CLUSTER, task_type, index) == (
+      ['p0:2222'], ['c0:2222', 'w0:2222', 'w1:2222'], job, expected_index)
+
+
+def test_tf_config_without_chief_or_ps_and_in_sparse_form():
+  assert _parse({'worker': ['a:1', 'b:2']}, 'worker', 1) == (
+      [], ['a:1', 'b:2'], 'worker', 1)
+  assert _parse({'Worker': {'1': 'b:2', '0': 'a:1'}}, 'worker', 0) == (
+      [], ['a:1', 'b:2'], 'worker', 0)
+
+
+@pytest.mark.parametrize('text,what', [
+    ('{"cluster": ', 'is not JSON'),
+    ('{"task": {"type": "worker"}}', 'has no "cluster" object'),
+    ('{"cluster": {"worker": ["a:1"], "evaluator": ["e:1"]}, "task": '
+     '{"type": "worker"}}', 'cluster has task type(s) evaluator: this '
+     'trainer runs chief, worker and ps tasks'),
+    ('{"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief"}}',
+     'cluster lists 2 chiefs: give one'),
+    ('{"cluster": {"worker": ["a"]}, "task": {"type": "worker"}}',
+     'cluster "worker" is ["a"]: give a list of host:port strings'),
+    ('{"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}}',
+     'cluster has neither "chief" nor "worker" tasks'),
+    ('{"cluster": {"worker": ["a:1"]}}', 'has no "task" object with a "type"'),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "master"}}',
+     'task type is "master", not one of chief, worker, ps'),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", '
+     '"index": 1}}', 'task is worker 1, but the cluster lists 1 worker '
+     'task(s)'),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", '
+     '"index": "0"}}', 'task index is "0", not a number from 0'),
+])
+def test_bad_tf_config_says_what_is_wrong(text, what):
+  with pytest.raises(cifar10_cluster.cifar10_session.UsageError) as error:
+    cifar10_cluster.parse_tf_config(text)
+  assert str(error.value).startswith('TF_CONFIG %s' % what), str(error.value)
+  assert '\n' not in str(error.value)
+
+
+def test_bad_tf_config_is_one_line_from_the_script(fake_data_dir):
+  env = dict(os.environ, TF_CONFIG='{"cluster": {"worker": ["a:1"]}, '
+             '"task": {"type": "evaluator"}}')
+  result = run_script('cifar10_distributed_train.py',
+                      '--data_dir=' + fake_data_dir, env=env)
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == [
+      'Error: TF_CONFIG task type is "evaluator", not one of chief, worker, '
+      'ps. It should read like {"cluster": {"chief": ["host:port"], '
+      '"worker": [...], "ps": [...]}, "task": {"type": "worker", "index": '
+      '0}}.']
+
+
+def _resolve(monkeypatch, tf_config, argv):
+  monkeypatch.setenv('TF_CONFIG', json.dumps(tf_config))
+  with flagsaver.flagsaver():
+    FLAGS.unparse_flags()
+    FLAGS(['cifar10_distributed_train.py'] + argv)
+    task = cifar10_cluster.from_flags_or_tf_config()
+    return task, cifar10_cluster.mode_of(task)
+
+
+def test_command_line_wins_over_tf_config(monkeypatch):
+  tf_config = {'cluster': CLUSTER, 'task': {'type': 'worker', 'index': 1}}
+  task, mode = _resolve(monkeypatch, tf_config, [])
+  assert (task.job_name, task.task_index, task.source, mode) == (
+      'worker', 2, 'TF_CONFIG', 'parameter_server')
+  assert task.describe(mode) == (
+      'Worker 2 of a cluster of 3 worker(s) and 1 ps task(s), from '
+      'TF_CONFIG; the ps tasks hold the variables.')
+  task, _ = _resolve(monkeypatch, tf_config, ['--task_index=0'])
+  assert (task.task_index, task.source) == (
+      0, 'TF_CONFIG, the task from the command line')
+  task, mode = _resolve(monkeypatch, tf_config, [
+      '--worker_hosts=h:1,h:2', '--job_name=worker', '--task_index=1'])
+  assert task == cifar10_cluster.Task([], ['h:1', 'h:2'], 'worker', 1,
+                                      'the command line')
+  assert mode == 'replicated'  # No ps tasks: all-reduce.
+
+
+def test_workers_sharing_a_machine_take_their_own_gpus():
+  hosts = ['a:1', 'a:2', 'b:1', 'a:3']
+  def gpus(index, num_gpus, visible):
+    task = cifar10_cluster.Task([], hosts, 'worker', index, 'a test')
+    return cifar10_cluster.local_gpus(task, num_gpus, visible)
+  assert [gpus(i, 2, 6) for i in (0, 1, 3)] == ['0,1', '2,3', '4,5']
+  assert gpus(2, 2, 2) is None  # Alone on b: TensorFlow's choice.
+  assert gpus(1, 2, 4) is None  # 3 workers on a need 6 GPUs.
+
+
+def test_server_configs():
+  ps = cifar10_cluster.Task(['p:1'], ['w:1', 'w:2'], 'ps', 0, 'a test')
+  config = cifar10_cluster.server_config(ps, 'parameter_server', None)
+  assert config.device_count['GPU'] == 0 and config.gpu_options.allow_growth
+  worker = cifar10_cluster.Task([], ['w:1', 'w:2'], 'worker', 1, 'a test')
+  tower_config = cifar10_cluster.cifar10_session.session_config()
+  config = cifar10_cluster.session_config(worker, 'replicated', tower_config)
+  assert config.experimental.collective_group_leader == (
+      '/job:worker/replica:0/task:0')
+  assert list(config.device_filters) == ['/job:worker/task:1']
+  assert not tower_config.device_filters  # Not changed.
+
+
+def _manifests():
+  """The TFJob manifests in docs/distributed.md, by the mode they run."""
+  with open(os.path.join(REPO, 'docs', 'distributed.md')) as f:
+    blocks = re.findall(r'```yaml\n(.*?)```', f.read(), re.S)
+  jobs = [yaml.safe_load(block) for block in blocks]
+  return [job for job in jobs if job and job.get('kind') == 'TFJob']
+
+
+def _kubeflow_tf_configs(job):
+  """The TF_CONFIG Kubeflow's training operator gives each pod of a TFJob:
+  lowercase task types, hosts from the headless service of each replica.
+
+  Returns:
+    A list of (replica type, index, container args, TF_CONFIG dict).
+  """
+  name = job['metadata']['name']
+  namespace = job['metadata'].get('namespace', 'default')
+  specs = job['spec']['tfReplicaSpecs']
+  cluster = {}
+  for replica_type, spec in specs.items():
+    port = spec['template']['spec']['containers'][0]['ports'][0][
+        'containerPort']
+    cluster[replica_type.lower()] = [
+        '%s-%s-%d.%s.svc:%d' % (name, replica_type.lower(), i, namespace,
+                                port)
+        for i in range(spec.get('replicas', 1))]
+  pods = []
+  for replica_type, spec in specs.items():
+    container = spec['template']['spec']['containers'][0]
+    for i in range(spec.get('replicas', 1)):
+      pods.append((replica_type, i, container.get('args', []), {
+          'cluster': cluster,
+          'task': {'type': replica_type.lower(), 'index': i}}))
+  return pods
+
+
+def test_kubeflow_tfjob_manifests_start_the_intended_tasks(monkeypatch):
+  jobs = _manifests()
+  assert len(jobs) == 2
+  seen = {}
+  for job in jobs:
+    assert job['apiVersion'] == 'kubeflow.org/v1'
+    pods = _kubeflow_tf_configs(job)
+    for replica_type, index, args, tf_config in pods:
+      command = job['spec']['tfReplicaSpecs'][replica_type]['template'][
+          'spec']['containers'][0]['command']
+      assert command[-1] == 'cifar10_distributed_train.py', command
+      task, mode = _resolve(monkeypatch, tf_config, args)
+      expected = {'Chief': ('worker', 0), 'PS': ('ps', index),
+                  'Worker': ('worker', index + ('Chief' in job['spec'][
+                      'tfReplicaSpecs']))}[replica_type]
+      assert (task.job_name, task.task_index) == expected, replica_type
+      assert task.is_chief == (replica_type == 'Chief')
+      assert task.worker_hosts[0].startswith(
+          job['metadata']['name'] + '-chief-0.')
+      seen.setdefault(mode, []).append(replica_type)
+  # One manifest of each mode: PS, Chief and Workers; Chief and Workers.
+  assert sorted(set(seen['parameter_server'])) == ['Chief', 'PS', 'Worker']
+  assert sorted(set(seen['replicated'])) == ['Chief', 'Worker']

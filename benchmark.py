@@ -41,6 +41,7 @@ from __future__ import division
 from __future__ import print_function
 
 import collections
+import re
 import time
 
 from absl.testing import flagsaver
@@ -74,6 +75,9 @@ flags.adopt_module_key_flags(cifar10)
 
 MATMUL_SIZE = 4096
 
+# The GPU rows show how long this many steps would take at their speed.
+PROJECTED_STEPS = 100000
+
 
 def train_flops_per_example():
   """Flops of the convolutions and matmuls of one example's training step.
@@ -100,7 +104,7 @@ def matmul_peak():
     b = tf1.get_variable('b', [n, n], initializer=tf1.ones_initializer())
     # Reduce to a scalar on the device, so no copy of the result is timed.
     product = tf.reduce_sum(tf.matmul(a, b))
-    with tf1.Session() as sess:
+    with tf1.Session(config=cifar10_session.session_config()) as sess:
       sess.run(tf1.global_variables_initializer())
       sess.run(product)
       times = []
@@ -109,6 +113,20 @@ def matmul_peak():
         sess.run(product)
         times.append(time.time() - start)
   return 2.0 * n ** 3 / np.median(times) / 1e9
+
+
+def _gpus_line():
+  """Names the GPUs TensorFlow sees, or says there is none."""
+  gpus = tf.config.list_physical_devices('GPU')
+  if not gpus:
+    return 'no GPU visible: every row runs on the CPU'
+  described = []
+  for i, gpu in enumerate(gpus):
+    details = tf.config.experimental.get_device_details(gpu)
+    described.append('GPU:%d %s (compute capability %s)' % (
+        i, details.get('device_name', '?'), '.'.join(
+            str(n) for n in details.get('compute_capability', ('?',)))))
+  return 'GPUs: ' + '; '.join(described)
 
 
 def _stepper(step):
@@ -136,16 +154,41 @@ def _graph_row(builder):
     fetch, examples_per_step, config, local_init = builder()
     inits = [tf1.global_variables_initializer(),
              local_init or tf1.local_variables_initializer()]
-  sess = tf1.Session(graph=graph, config=config)
+  sess = tf1.Session(graph=graph,
+                     config=config or cifar10_session.session_config())
   for init in inits:
     sess.run(init)
   return sess, fetch, examples_per_step
 
 
+def _devices_ran_on(sess, fetch):
+  """Runs fetch once; returns where its heaviest ops ran, e.g. 'GPU:0'.
+
+  The devices of the step's convolutions and matmuls, else of all its
+  ops, read from the graphs the session actually ran.
+  """
+  options = tf1.RunOptions(output_partition_graphs=True)
+  metadata = tf1.RunMetadata()
+  sess.run(fetch, options=options, run_metadata=metadata)
+  placed = [(node.op, node.device) for partition in metadata.partition_graphs
+            for node in partition.node]
+  heavy = [device for op, device in placed
+           if op.startswith(('Conv2D', 'MatMul', '_FusedConv2D',
+                             '_FusedMatMul'))]
+  return ','.join(sorted({tf.DeviceSpec.from_string(d).to_string().split(
+      'device:')[-1] for d in heavy or [d for _, d in placed] if d}))
+
+
 def _timed_graph(builder):
-  """Sets up a graph row; returns (timer, examples per step)."""
+  """Sets up a graph row; returns (timer, examples per step, devices)."""
   sess, fetch, examples_per_step = _graph_row(builder)
-  return _stepper(lambda: sess.run(fetch)), examples_per_step
+  devices = _devices_ran_on(sess, fetch)
+  return _stepper(lambda: sess.run(fetch)), examples_per_step, devices
+
+
+def _eager_device():
+  """Where Keras runs its model: the first GPU if there is one."""
+  return 'GPU:0' if tf.config.list_logical_devices('GPU') else 'CPU:0'
 
 
 def profile_train(steps):
@@ -178,15 +221,45 @@ def profile_train(steps):
     for _ in range(steps):
       metadata = tf1.RunMetadata()
       sess.run(train_op, options=options, run_metadata=metadata)
-      for device in metadata.step_stats.dev_stats:
-        for node in device.node_stats:
-          # timeline_label reads 'name = OpType(inputs)'.
-          op_type = node.timeline_label.partition(' = ')[2].partition('(')[0]
-          layer = node.node_name.replace('gradients/', '', 1).split('/')[0]
-          layer = layer[:-len('_grad')] if layer.endswith('_grad') else layer
-          totals[layer, op_type or '?'] += (node.op_end_rel_micros -
-                                            node.op_start_rel_micros)
+      for name, op_type, micros in op_times(metadata.step_stats):
+        layer = name.replace('gradients/', '', 1).split('/')[0]
+        layer = layer[:-len('_grad')] if layer.endswith('_grad') else layer
+        totals[layer, op_type or '?'] += micros
   return [(key, micros / steps / 1e3) for key, micros in totals.most_common()]
+
+
+def op_times(step_stats):
+  """The time of each op of a traced step, each counted once.
+
+  A CPU's ops are its device's records. A GPU's are recorded twice: as the
+  executor launches them (device '.../device:GPU:0', microseconds of
+  launch, not of work) and as kernels on its CUDA streams
+  ('.../device:GPU:0/stream:7', where 'stream:all' repeats every stream);
+  they are taken from the numbered streams only.
+
+  Args:
+    step_stats: a StepStats, from RunMetadata.
+
+  Returns:
+    A list of (op name, op type, microseconds).
+  """
+  times = []
+  for device in step_stats.dev_stats:
+    name = device.device.upper()
+    stream = re.search(r'DEVICE:GPU:\d+/STREAM:\d+$', name)
+    if not stream and not re.search(r'DEVICE:CPU:\d+$', name):
+      continue  # A GPU's launch records, its 'stream:all', its memcpy.
+    for node in device.node_stats:
+      micros = node.op_end_rel_micros - node.op_start_rel_micros
+      if stream:
+        # GPU trace records name themselves 'op name:OpType'.
+        op_name, _, op_type = node.node_name.partition(':')
+      else:
+        # timeline_label reads 'name = OpType(inputs)'.
+        op_name = node.node_name
+        op_type = node.timeline_label.partition(' = ')[2].partition('(')[0]
+      times.append((op_name, op_type, micros))
+  return times
 
 
 def _single_tower():
@@ -195,7 +268,10 @@ def _single_tower():
 
 
 def _multi(num_towers):
-  graph, config = multi.build_graph(num_towers)
+  # With fewer GPUs than towers, on virtual GPUs (--virtual_gpus); without
+  # a GPU, as the trainer runs by default: every tower on /cpu:0.
+  graph, config = multi.build_graph(
+      num_towers, virtual=bool(tf.config.list_physical_devices('GPU')))
   return (graph.train_op, FLAGS.batch_size * num_towers, config,
           graph.local_init_op)
 
@@ -297,7 +373,7 @@ def _keras_fit(policy):
               steps_per_epoch=n + 1)
     return ends[-1] - ends[0]
 
-  return timer, FLAGS.batch_size
+  return timer, FLAGS.batch_size, _eager_device()
 
 
 def _keras_loop(policy):
@@ -325,7 +401,7 @@ def _keras_loop(policy):
 
   batches = iter(_keras_dataset())
   return (_stepper(lambda: train_step(*next(batches)).numpy()),
-          FLAGS.batch_size)
+          FLAGS.batch_size, _eager_device())
 
 
 BUILDERS = {
@@ -395,6 +471,7 @@ def main(argv=None):  # pylint: disable=unused-argument
         % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
   print('matmul peak %.1f GFLOP/s (float32 %dx%d); training step %.1f '
         'MFLOP per example' % (peak, MATMUL_SIZE, MATMUL_SIZE, flops / 1e6))
+  print(_gpus_line())
   timers = {}
   for row in FLAGS.rows:
     print('setting up %s, %d warm-up steps' % (row, FLAGS.warmup))
@@ -403,7 +480,7 @@ def main(argv=None):  # pylint: disable=unused-argument
   rates = {row: [] for row in FLAGS.rows}
   for window in range(FLAGS.windows):
     for row in FLAGS.rows:
-      timer, examples_per_step = timers[row]
+      timer, examples_per_step, _ = timers[row]
       rates[row].append(FLAGS.steps * examples_per_step / timer(FLAGS.steps))
     print('window %d of %d: %s' % (window + 1, FLAGS.windows, ', '.join(
         '%s %.1f' % (row, rates[row][-1]) for row in FLAGS.rows)))
@@ -412,21 +489,25 @@ def main(argv=None):  # pylint: disable=unused-argument
   lines = []
   for row in FLAGS.rows:
     title = BUILDERS[row][0]
+    _, examples_per_step, devices = timers[row]
     medians[row] = np.median(rates[row])
-    gflops = ''
+    gflops = projected = ''
     if row in TRAINING_ROWS:
       rate = medians[row] * flops / 1e9
       gflops = '%.1f (%.0f%%)' % (rate, 100 * rate / peak)
-    lines.append((row, title, medians[row], min(rates[row]),
-                  max(rates[row]), gflops))
-    print('%-10s %-44s %8.1f examples/sec (%.1f..%.1f) %s'
+      if 'GPU' in devices:
+        projected = '%.1f min' % (
+            PROJECTED_STEPS * examples_per_step / medians[row] / 60)
+    lines.append((row, title, devices, medians[row], min(rates[row]),
+                  max(rates[row]), gflops, projected))
+    print('%-15s %-44s %-11s %8.1f examples/sec (%.1f..%.1f) %s %s'
           % lines[-1])
   print()
-  print('| row | what | examples/sec (median) | min..max | GFLOP/s '
-        '(of peak) |')
-  print('| --- | --- | ---: | --- | --- |')
+  print('| row | what | device | examples/sec (median) | min..max | GFLOP/s '
+        '(of peak) | %dK steps |' % (PROJECTED_STEPS // 1000))
+  print('| --- | --- | --- | ---: | --- | --- | ---: |')
   for line in lines:
-    print('| %s | %s | %.1f | %.1f..%.1f | %s |' % line)
+    print('| %s | %s | %s | %.1f | %.1f..%.1f | %s | %s |' % line)
   for ours in OURS_AGAINST_KERAS:
     for keras in KERAS_ROWS:
       if ours in medians and keras in medians:

@@ -34,14 +34,28 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
   assert result.returncode == 0, result.stderr[-2000:]
   out = result.stdout
   assert re.search(r'^matmul peak \d+\.\d GFLOP/s', out, re.M)
+  gpus = tf.config.list_physical_devices('GPU')
+  assert ('GPUs: GPU:0 ' if gpus else 'no GPU visible') in out
   for row in benchmark.ROWS:
-    match = re.search(r'^\| %s \| .* \| (\d+\.\d) \| (\d+\.\d)\.\.(\d+\.\d) '
-                      r'\| (.*) \|$' % row, out, re.M)
+    match = re.search(r'^\| %s \| .* \| ([A-Z:0-9,]+) \| (\d+\.\d) \| '
+                      r'(\d+\.\d)\.\.(\d+\.\d) \| (.*) \| (.*) \|$' % row,
+                      out, re.M)
     assert match, row
-    median, low, high = (float(match.group(i)) for i in (1, 2, 3))
+    devices, gflops, projected = match.group(1, 5, 6)
+    median, low, high = (float(match.group(i)) for i in (2, 3, 4))
     assert 0 < low <= median <= high
     if row in benchmark.TRAINING_ROWS:
-      assert re.match(r'\d+\.\d \(\d+%\)$', match.group(4)), match.group(4)
+      assert re.match(r'\d+\.\d \(\d+%\)$', gflops), gflops
+    # The device its convolutions ran on; with a GPU, the two-tower rows
+    # run on two (virtual, if need be) GPUs, and the training rows show
+    # how long 100K steps would take.
+    towers = 2 if row in ('multi2', 'split_bf16') else 1
+    if not gpus or row == 'input':
+      assert devices == 'CPU:0' and projected == '', (row, devices)
+    else:
+      assert devices == ','.join('GPU:%d' % i for i in range(towers)), row
+      if row in benchmark.TRAINING_ROWS:
+        assert re.match(r'\d+\.\d min$', projected), (row, projected)
   for ours in benchmark.OURS_AGAINST_KERAS:
     for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
                   'keras_loop_bf16'):

@@ -1,5 +1,6 @@
 """The multi-GPU trainer: averaging, equivalence, placement, end to end."""
 
+import datetime
 import os
 
 import numpy as np
@@ -94,8 +95,8 @@ def test_one_step_is_sgd_with_averaged_gradient():
                                atol=1e-6)
 
 
-def test_towers_on_distinct_virtual_cpus_variables_on_cpu0():
-  devices, config = multi.tower_devices(2, virtual_cpus=True)
+def test_towers_on_distinct_virtual_cpus_variables_on_cpu0(cpu_only):
+  devices, config = multi.tower_devices(2, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1']
   with tf.Graph().as_default():
     _, train_op, _, _ = _two_tower_graph(devices)
@@ -131,25 +132,43 @@ def test_more_gpus_than_visible_is_one_clear_error(monkeypatch):
   assert devices == ['/gpu:0']
 
 
+def _line_time(match):
+  """The clock time at the start of a step line."""
+  return datetime.datetime.strptime(
+      match.group(0).split(': step')[0], '%Y-%m-%d %H:%M:%S.%f')
+
+
 def test_two_towers_train_resume_checkpoint_and_evaluate(real_data_dir,
                                                          tmp_path):
   train_dir = str(tmp_path / 'train')
   common = ['--num_gpus=2', '--batch_size=32', '--data_dir=' + real_data_dir,
             '--train_dir=' + train_dir]
+  num_gpus = len(tf.config.list_physical_devices('GPU'))
+  if num_gpus == 1:
+    common.append('--virtual_gpus')
   first = run_script('cifar10_multi_gpu_train.py', '--max_steps=30', *common)
   assert first.returncode == 0, first.stderr[-3000:]
-  assert 'No GPU found: running the 2 tower(s) on the CPU.' in first.stdout
+  if not num_gpus:
+    assert 'No GPU found: running the 2 tower(s) on the CPU.' in first.stdout
+  elif num_gpus == 1:
+    assert 'GPU 0 is split into 2 virtual GPUs' in first.stdout
   lines = list(STEP_LINE.finditer(first.stdout))
   assert [int(m.group(1)) for m in lines] == [0, 10, 20]
-  # examples/sec counts both towers; sec/batch is per tower, printed to
-  # 3 decimals.
-  for m in lines[1:]:
+  # examples/sec counts both towers' 64 examples per step: 10 steps of 64
+  # in the time between two lines (their clocks); sec/batch is the time
+  # of one tower's batch, half a step, printed to 3 decimals.
+  for previous, m in zip(lines[1:], lines[2:]):
+    seconds = (_line_time(m) - _line_time(previous)).total_seconds()
     examples_per_sec, sec_per_batch = float(m.group(3)), float(m.group(4))
+    assert examples_per_sec == pytest.approx(10 * 64 / seconds, rel=0.1)
     assert sec_per_batch == pytest.approx(32 / examples_per_sec, abs=6e-4)
   assert checkpoint_step(train_dir) == 30
 
   second = run_script('cifar10_multi_gpu_train.py', '--max_steps=40', *common)
   assert second.returncode == 0, second.stderr[-3000:]
+  # It resumed (a restart from 0 would also reach 40, in more steps).
+  assert 'Resuming from %s/model.ckpt-30.' % train_dir in second.stdout
+  assert [int(m.group(1)) for m in STEP_LINE.finditer(second.stdout)] == [30]
   assert checkpoint_step(train_dir) == 40
 
   names = set(tf.train.load_checkpoint(
@@ -178,3 +197,20 @@ def test_two_towers_train_resume_checkpoint_and_evaluate(real_data_dir,
                       '--num_examples=500')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'precision @ 1 = ' in result.stdout
+
+
+def test_replicated_trains_resumes_and_saves_the_model_only(fake_data_dir,
+                                                            tmp_path):
+  train_dir = str(tmp_path / 'train')
+  common = ['--num_gpus=2', '--variable_update=replicated', '--batch_size=8',
+            '--data_dir=' + fake_data_dir, '--train_dir=' + train_dir]
+  first = run_script('cifar10_multi_gpu_train.py', '--max_steps=10', *common)
+  assert first.returncode == 0, first.stderr[-3000:]
+  second = run_script('cifar10_multi_gpu_train.py', '--max_steps=20', *common)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert 'Resuming from %s/model.ckpt-10.' % train_dir in second.stdout
+  assert [int(m.group(1)) for m in STEP_LINE.finditer(second.stdout)] == [10]
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(train_dir))
+  assert int(reader.get_tensor('global_step')) == 20
+  names = set(reader.get_variable_to_shape_map())
+  assert len(names) == 21 and not [n for n in names if 'tower' in n]

@@ -1,0 +1,351 @@
+"""GPUs: what only a GPU can show, and the GPU choices a CPU can check.
+
+The tests marked `gpu` run where TensorFlow sees a GPU and are skipped
+with the reason elsewhere (CI has none). The others check, on any
+machine, what the scripts ask of a GPU: the session configs they build,
+the devices they place things on, the notices they print.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import flagsaver
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import benchmark
+import cifar10
+import cifar10_devices
+import cifar10_eval
+import cifar10_multi_gpu_train as multi
+import cifar10_predict
+import cifar10_session
+import cifar10_train
+from conftest import NO_GPU, REPO, STEP_LINE, make_fake_data, run_script
+
+tf1 = tf.compat.v1
+
+gpu = pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+  """Makes the code under test see one GPU, a V100, where there may be none.
+
+  For building graphs and configs only: nothing may run on it.
+  """
+  fake = tf.config.PhysicalDevice('/physical_device:GPU:0', 'GPU')
+  real = tf.config.list_physical_devices
+  monkeypatch.setattr(
+      tf.config, 'list_physical_devices',
+      lambda device_type=None: [fake] if device_type == 'GPU'
+      else real(device_type))
+  monkeypatch.setattr(
+      tf.config.experimental, 'get_device_details',
+      lambda device: {'device_name': 'Tesla V100-SXM2-16GB',
+                      'compute_capability': (7, 0)})
+  return fake
+
+
+class _RecordingSession(tf1.Session):
+  """A tf.compat.v1.Session that remembers the configs it was made with."""
+  configs = []
+
+  def __init__(self, *args, **kwargs):
+    _RecordingSession.configs.append(kwargs.get('config'))
+    super(_RecordingSession, self).__init__(*args, **kwargs)
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """(data_dir, train_dir) of a 10-step run on small fake data."""
+  data_dir = str(tmp_path_factory.mktemp('data'))
+  make_fake_data(data_dir)
+  train_dir = str(tmp_path_factory.mktemp('gpu') / 'train')
+  result = run_script('cifar10_train.py', '--data_dir=' + data_dir,
+                      '--train_dir=' + train_dir, '--batch_size=8',
+                      '--max_steps=10')
+  assert result.returncode == 0, result.stderr[-2000:]
+  return data_dir, train_dir
+
+
+def test_every_scripts_sessions_take_gpu_memory_as_needed(
+    trained, tmp_path, monkeypatch):
+  data_dir, train_dir = trained
+  assert cifar10_session.session_config().gpu_options.allow_growth
+  for virtual in (False, True):
+    _, config = multi.tower_devices(2, virtual)
+    assert config.gpu_options.allow_growth
+  monkeypatch.setattr(tf1, 'Session', _RecordingSession)
+  del _RecordingSession.configs[:]
+  with flagsaver.flagsaver(data_dir=data_dir, checkpoint_dir=train_dir,
+                           eval_dir=str(tmp_path / 'eval'), run_once=True,
+                           batch_size=8, num_examples=16):
+    cifar10_eval.evaluate()
+    classifier = cifar10_predict.Classifier(
+        tf.train.latest_checkpoint(train_dir))
+    classifier.session.close()
+  evaluator, predict = _RecordingSession.configs
+  print('cifar10_eval.py session config:', evaluator)
+  for config in (evaluator, predict):
+    assert config.gpu_options.allow_growth
+    assert config.allow_soft_placement
+
+
+def test_virtual_gpus_split_gpu_0_where_there_are_too_few(one_gpu, capsys):
+  devices, config = multi.tower_devices(4, virtual=True)
+  assert devices == ['/gpu:0', '/gpu:1', '/gpu:2', '/gpu:3']
+  assert config.gpu_options.visible_device_list == '0'
+  assert config.gpu_options.experimental.num_virtual_devices_per_gpu == 4
+  assert config.gpu_options.allow_growth
+  assert capsys.readouterr().out.splitlines() == [
+      '--virtual_gpus: 1 GPU(s) visible, so GPU 0 is split into 4 virtual '
+      'GPUs, /gpu:0 to /gpu:3, each with 1/4 of its memory.']
+  # Enough GPUs: the real ones, nothing split.
+  devices, config = multi.tower_devices(1, virtual=True)
+  assert devices == ['/gpu:0']
+  assert not config.gpu_options.experimental.num_virtual_devices_per_gpu
+  with pytest.raises(cifar10_session.UsageError) as error:
+    multi.tower_devices(2)
+  assert str(error.value) == (
+      '--num_gpus=2, but only 1 GPU(s) are visible. Use --num_gpus=1 or '
+      'less, or add --virtual_gpus to split GPU 0 into 2 virtual GPUs.')
+
+
+def test_virtual_gpus_without_a_gpu_are_virtual_cpus(monkeypatch):
+  real = tf.config.list_physical_devices
+  monkeypatch.setattr(
+      tf.config, 'list_physical_devices',
+      lambda device_type=None: [] if device_type == 'GPU'
+      else real(device_type))
+  devices, config = multi.tower_devices(3, virtual=True)
+  assert devices == ['/cpu:0', '/cpu:1', '/cpu:2']
+  assert config.device_count['CPU'] == 3 and config.device_count['GPU'] == 0
+  with flagsaver.flagsaver(virtual_cpus=True):  # The flag's old name.
+    assert multi.FLAGS.virtual_gpus
+
+
+def test_benchmark_runs_two_tower_rows_on_virtual_gpus(one_gpu,
+                                                       fake_data_dir):
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
+      tf.Graph().as_default():
+    _, examples, config, _ = benchmark._multi(2)
+    convs = [op.device for op in tf1.get_default_graph().get_operations()
+             if op.type == 'Conv2D']
+  assert examples == 16
+  assert config.gpu_options.experimental.num_virtual_devices_per_gpu == 2
+  assert sorted(set(convs)) == ['/device:GPU:0', '/device:GPU:1']
+
+
+def test_bf16_notice_names_gpus_without_bfloat16(one_gpu, monkeypatch):
+  assert cifar10_devices.precision_notice(False, True) == (
+      'Note: --use_bf16 on GPU:0 (Tesla V100-SXM2-16GB, compute capability '
+      '7.0): GPUs before compute capability 8.0 have no bfloat16 tensor '
+      'cores, so it will run slower than float32; --use_fp16 is the fast '
+      'mixed precision there.')
+  assert cifar10_devices.precision_notice(True, False) is None
+  monkeypatch.setattr(
+      tf.config.experimental, 'get_device_details', lambda device: {
+          'device_name': 'NVIDIA H100 80GB HBM3', 'compute_capability': (9, 0)})
+  assert cifar10_devices.precision_notice(False, True) is None
+
+
+def test_global_step_is_on_the_cpu_in_both_trainers(fake_data_dir):
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8):
+    with tf.Graph().as_default():
+      cifar10_train.build_train_op()
+      assert tf1.train.get_global_step().device == '/device:CPU:0'
+    with tf.Graph().as_default():
+      multi.build_graph(1)
+      assert tf1.train.get_global_step().device == '/device:CPU:0'
+
+
+def _collectives(devices):
+  """The CollectiveReduceV2 ops of a replicated graph on devices."""
+  with tf.Graph().as_default() as graph:
+    batches = [(tf.zeros([4, 24, 24, 3]), tf.zeros([4], tf.int32))
+               for _ in devices]
+    with tf.device('/cpu:0'):
+      multi.build_train_op(batches, devices, 'replicated')
+    return [op for op in graph.get_operations()
+            if op.type == 'CollectiveReduceV2']
+
+
+def test_replicated_all_reduce_uses_nccl_on_gpus():
+  on_gpus = _collectives(['/gpu:0', '/gpu:1'])
+  assert len(on_gpus) == 2  # One per tower: the gradients packed.
+  assert {op.get_attr('communication_hint') for op in on_gpus} == {b'nccl'}
+  on_cpus = _collectives(['/cpu:0', '/cpu:1'])
+  assert {op.get_attr('communication_hint') for op in on_cpus} == {b'auto'}
+
+
+def test_profile_counts_a_gpus_ops_from_its_streams_only():
+  stats = tf1.RunMetadata().step_stats
+  def record(device, name, label, micros):
+    node = stats.dev_stats.add(device=device).node_stats.add(
+        node_name=name, timeline_label=label)
+    node.op_start_rel_micros, node.op_end_rel_micros = 0, micros
+  gpu0 = '/job:localhost/replica:0/task:0/device:GPU:0'
+  record(gpu0, 'conv1/Conv2D', 'conv1/Conv2D = Conv2D(a, b)', 5)  # Launch.
+  record(gpu0 + '/stream:all', 'conv1/Conv2D:Conv2D', 'kernel', 700)
+  record(gpu0 + '/stream:7', 'conv1/Conv2D:Conv2D', 'kernel', 700)
+  record(gpu0 + '/memcpy', 'edge_1_images', 'MemcpyHtoD', 30)
+  record('/job:localhost/replica:0/task:0/device:CPU:0', 'IteratorGetNext',
+         'IteratorGetNext = IteratorGetNext(it)', 90)
+  assert sorted(benchmark.op_times(stats)) == [
+      ('IteratorGetNext', 'IteratorGetNext', 90),
+      ('conv1/Conv2D', 'Conv2D', 700)]
+
+
+# What only a GPU shows.
+
+
+def _placements(metadata):
+  """{node name: (op, device)} of the graphs a step actually ran."""
+  return {node.name: (node.op, node.device)
+          for partition in metadata.partition_graphs
+          for node in partition.node}
+
+
+@gpu
+def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
+    fake_data_dir):
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
+      tf.Graph().as_default():
+    graph, config = multi.build_graph(2, virtual=True)
+    options = tf1.RunOptions(output_partition_graphs=True)
+    metadata = tf1.RunMetadata()
+    with tf1.Session(config=config) as sess:
+      sess.run(tf1.global_variables_initializer())
+      sess.run(graph.train_op, options=options, run_metadata=metadata)
+  placed = _placements(metadata)
+  for i in (0, 1):
+    convs = [device for name, (op, device) in placed.items()
+             if name.startswith('tower_%d/' % i) and 'Conv2D' in op]
+    assert len(convs) >= 4, placed
+    assert all(d.endswith('device:GPU:%d' % i) for d in convs), convs
+  inputs = [device for name, (op, device) in placed.items()
+            if op.startswith('IteratorGetNext')]
+  assert inputs and all(d.endswith('device:CPU:0') for d in inputs), inputs
+
+
+@gpu
+def test_auto_layout_is_nchw_and_gives_nhwcs_logits(real_data_dir):
+  assert cifar10.data_format() == 'NCHW'
+  images = np.random.RandomState(0).normal(size=(8, 24, 24, 3)).astype(
+      np.float32)
+  logits = {}
+  values = None
+  for fmt in ('NCHW', 'NHWC'):
+    with flagsaver.flagsaver(data_format=fmt), tf.Graph().as_default():
+      out = cifar10.inference(tf.constant(images))
+      with tf1.Session(config=cifar10_session.session_config()) as sess:
+        sess.run(tf1.global_variables_initializer())
+        if values is None:
+          values = {v.op.name: sess.run(v) for v in tf1.global_variables()}
+        for v in tf1.global_variables():
+          v.load(values[v.op.name], sess)
+        logits[fmt] = sess.run(out)
+  np.testing.assert_allclose(logits['NCHW'], logits['NHWC'], rtol=1e-4,
+                             atol=1e-5)
+
+
+def _train_losses(data_dir, train_dir, *args):
+  result = run_script('cifar10_train.py', '--data_dir=' + data_dir,
+                      '--train_dir=' + train_dir, '--batch_size=64',
+                      '--log_frequency=10', *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result, [float(m.group(2)) for m in STEP_LINE.finditer(
+      result.stdout)]
+
+
+def _event_tags(directory):
+  tags = set()
+  for name in os.listdir(directory):
+    if name.startswith('events.out.tfevents'):
+      for event in tf1.train.summary_iterator(os.path.join(directory, name)):
+        tags.update(v.tag for v in event.summary.value)
+  return tags
+
+
+@gpu
+@pytest.mark.parametrize('precision', ['--use_fp16', '--use_bf16'])
+def test_mixed_precision_trains_50_steps(real_data_dir, tmp_path, precision):
+  train_dir = str(tmp_path / 'train')
+  _, losses = _train_losses(real_data_dir, train_dir, precision,
+                            '--max_steps=50', '--save_summaries_steps=10')
+  assert len(losses) == 5 and all(np.isfinite(losses)), losses
+  assert np.mean(losses[-2:]) < losses[0] - 0.2, losses
+  if precision == '--use_fp16':
+    assert 'loss_scale' in _event_tags(train_dir)
+
+
+@gpu
+def test_xla_trains(real_data_dir, tmp_path):
+  _, losses = _train_losses(real_data_dir, str(tmp_path / 'train'), '--xla',
+                            '--max_steps=30')
+  assert len(losses) == 3 and all(np.isfinite(losses)), losses
+
+
+@gpu
+def test_replicated_equals_parameter_server_on_two_gpus(real_data_dir):
+  rng = np.random.RandomState(1)
+  batches = [(rng.normal(size=(8, 24, 24, 3)).astype(np.float32),
+              rng.randint(0, 10, size=8).astype(np.int32)) for _ in (0, 1)]
+  results = {}
+  initial = None
+  for update in ('parameter_server', 'replicated'):
+    with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
+      devices, config = multi.tower_devices(2, virtual=True)
+      assert devices == ['/gpu:0', '/gpu:1']
+      with tf.device('/cpu:0'):
+        graph = multi.build_train_op(
+            [(tf.constant(i), tf.constant(l)) for i, l in batches], devices,
+            update)
+      with tf1.Session(config=config) as sess:
+        sess.run(tf1.global_variables_initializer())
+        if initial is None:
+          initial = {v.op.name: sess.run(v) for v in tf1.global_variables()}
+        for v in tf1.global_variables():
+          v.load(initial[v.op.name], sess)
+        sess.run(graph.local_init_op)
+        sess.run(graph.train_op)
+        results[update] = {v.op.name: sess.run(v)
+                           for v in tf1.global_variables()}
+  for name, value in results['parameter_server'].items():
+    np.testing.assert_allclose(results['replicated'][name], value,
+                               rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@gpu
+def test_trainer_and_evaluator_share_one_gpu(real_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  trainer = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, 'cifar10_train.py'),
+       '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
+       '--max_steps=600', '--save_checkpoint_steps=100'],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  evaluator = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, 'cifar10_eval.py'),
+       '--data_dir=' + real_data_dir, '--checkpoint_dir=' + train_dir,
+       '--eval_dir=' + str(tmp_path / 'eval'), '--eval_interval_secs=1',
+       '--num_examples=1000'],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    out, err = trainer.communicate(timeout=600)
+    assert trainer.returncode == 0, err[-3000:]
+    time.sleep(3)  # The last checkpoint's evaluation.
+    evaluator.send_signal(signal.SIGINT)
+    eval_out, eval_err = evaluator.communicate(timeout=120)
+  finally:
+    for process in (trainer, evaluator):
+      if process.poll() is None:
+        process.kill()
+  assert 'out of memory' not in (err + eval_err).lower()
+  precisions = re.findall(r'precision @ 1 = (\d\.\d{3})', eval_out)
+  assert len(precisions) >= 2, eval_out + eval_err[-3000:]

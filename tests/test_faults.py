@@ -2,6 +2,7 @@
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import time
 
 import tensorflow as tf
 
-from conftest import REPO, STEP_LINE, checkpoint_step, run_script
+from conftest import REPO, STEP_LINE, LineReader, checkpoint_step, run_script
 
 
 def _default_sigint():
@@ -41,20 +42,17 @@ def test_kill_9_then_resume_redoes_at_most_one_interval(real_data_dir,
   rng = random.Random(7)
   for _ in range(3):
     proc = _start('cifar10_train.py', *args)
+    stdout, stderr = LineReader(proc.stdout), LineReader(proc.stderr)
     kill_after = rng.randint(3, 25)  # Step lines of this run.
-    seen = []
-    for line in proc.stdout:
-      match = STEP_LINE.match(line.strip())
-      if match:
-        seen.append(int(match.group(1)))
-        if len(seen) == kill_after:
-          proc.send_signal(signal.SIGKILL)
-          break
-    proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGKILL, 'ran to the end: %s' % seen
+    for _ in range(kill_after):
+      last = int(stdout.wait_for(STEP_LINE, timeout=300).group(1))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, stderr.text()[-3000:]
     saved = checkpoint_step(train_dir)
-    # Everything up to the last completed 10-step interval is saved.
-    assert saved is not None and saved >= (seen[-1] + 1) // 10 * 10 - 10
+    # Step `last` was done, so last + 1 steps: at most one interval of 10
+    # of them is lost.
+    assert saved is not None and saved >= last + 1 - 10, (saved, last)
     _all_checkpoints_readable(train_dir)
 
   final = run_script('cifar10_train.py', *args)
@@ -65,25 +63,50 @@ def test_kill_9_then_resume_redoes_at_most_one_interval(real_data_dir,
   _all_checkpoints_readable(train_dir)
 
 
+def _evaluated_steps(eval_dir):
+  """The global steps of the Precision @ 1 summaries in eval_dir."""
+  steps = []
+  for name in sorted(os.listdir(eval_dir)) if os.path.isdir(eval_dir) else []:
+    for event in tf.compat.v1.train.summary_iterator(
+        os.path.join(eval_dir, name)):
+      if any(v.tag == 'Precision @ 1' for v in event.summary.value):
+        steps.append(event.step)
+  return steps
+
+
+def _wait_until_evaluated(eval_dir, step, timeout):
+  deadline = time.time() + timeout
+  while step not in _evaluated_steps(eval_dir):
+    assert time.time() < deadline, (step, _evaluated_steps(eval_dir))
+    time.sleep(0.5)
+
+
 def test_periodic_eval_beside_training(real_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  trainer = _start('cifar10_train.py', '--data_dir=' + real_data_dir,
-                   '--train_dir=' + train_dir, '--batch_size=16',
-                   '--max_steps=120', '--save_checkpoint_steps=4')
+  eval_dir = str(tmp_path / 'eval')
   evaluator = _start('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                     '--checkpoint_dir=' + train_dir,
-                     '--eval_dir=' + str(tmp_path / 'eval'),
+                     '--checkpoint_dir=' + train_dir, '--eval_dir=' + eval_dir,
                      '--eval_interval_secs=1', '--num_examples=64',
                      '--batch_size=64')
+  stdout, stderr = LineReader(evaluator.stdout), LineReader(evaluator.stderr)
   try:
-    trainer_out, trainer_err = trainer.communicate(timeout=300)
-    assert trainer.returncode == 0, trainer_err[-3000:]
-    time.sleep(4)  # One more interval to see the final checkpoint.
-    assert evaluator.poll() is None, evaluator.stderr.read()[-3000:]
+    stdout.wait_for('No checkpoint file found in %s; waiting.' % train_dir,
+                    timeout=120)
+    # Two trainings one after the other: the evaluator, waiting beside,
+    # evaluates the last checkpoint of each.
+    for max_steps in (8, 16):
+      trained = run_script('cifar10_train.py', '--data_dir=' + real_data_dir,
+                           '--train_dir=' + train_dir, '--batch_size=16',
+                           '--max_steps=%d' % max_steps,
+                           '--save_checkpoint_steps=4')
+      assert trained.returncode == 0, trained.stderr[-3000:]
+      _wait_until_evaluated(eval_dir, max_steps, timeout=120)
+    assert evaluator.poll() is None, stderr.text()[-3000:]
   finally:
     evaluator.send_signal(signal.SIGINT)
-    out, err = evaluator.communicate(timeout=60)
-  assert 'Traceback' not in err, err[-3000:]
-  precisions = [l for l in out.splitlines() if 'precision @ 1 = ' in l]
-  assert len(precisions) >= 2, out
-  del trainer_out
+    evaluator.wait(timeout=60)
+  assert 'Traceback' not in stderr.text(), stderr.text()[-3000:]
+  steps = _evaluated_steps(eval_dir)
+  # Each checkpoint at most once, in order; those two among them.
+  assert steps == sorted(set(steps)) and {8, 16} <= set(steps), steps
+  assert len(re.findall('precision @ 1 = ', stdout.text())) == len(steps)

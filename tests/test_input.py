@@ -43,37 +43,54 @@ def test_eval_image_is_central_crop_standardized():
                              rtol=1e-4, atol=1e-4)
 
 
+def _windows(image):
+  """The 81 24x24 crops of a 32x32 image and their mirror images, with
+  (y, x, flipped) of each."""
+  for y in range(9):
+    for x in range(9):
+      window = image[y:y + 24, x:x + 24]
+      yield (y, x, False), window
+      yield (y, x, True), window[:, ::-1]
+
+
+def _same_order(out, window):
+  """Whether out is an increasing function of window, channel by channel.
+
+  Brightness shifts every channel alike, contrast scales each about its
+  mean, standardization is affine: all keep the order of the pixels.
+  """
+  out = out.reshape(-1, 3)
+  window = window.reshape(-1, 3)
+  return all(np.array_equal(np.argsort(out[:, c], kind='stable'),
+                            np.argsort(window[:, c], kind='stable'))
+             for c in range(3))
+
+
+def _source(out, images):
+  """(record, (y, x, flipped)) of the image and window out was made of."""
+  for index, image in enumerate(images):
+    for where, window in _windows(image):
+      if _same_order(out, window):
+        return index, where
+  raise AssertionError('no crop of any record gives this output')
+
+
 def test_distort_image_is_random_crop_flip_and_standardized():
   image = np.random.RandomState(1).randint(0, 256, (32, 32, 3))
   with tf.Graph().as_default():
+    tf1.set_random_seed(3)
     distorted = cifar10_input.distort_image(tf.constant(image, tf.float32))
     with tf1.Session() as sess:
-      outs = [sess.run(distorted) for _ in range(20)]
+      outs = [sess.run(distorted) for _ in range(30)]
   for out in outs:
     assert out.shape == (24, 24, 3)
     assert abs(out.mean()) < 1e-4 and out.std() == pytest.approx(1, abs=1e-3)
-  # Different crops, flips and colour changes from run to run.
-  assert len({o.tobytes() for o in outs}) == 20
-  # Each output is one of the 81 crops, maybe flipped, with brightness,
-  # contrast and standardization applied on top.
-  windows = [image[y:y + 24, x:x + 24] for y in range(9) for x in range(9)]
-  for out in outs:
-    matched = False
-    for w in windows:
-      for cand in (w, w[:, ::-1]):
-        flat_out = out.reshape(-1, 3)
-        flat_in = cand.reshape(-1, 3).astype(np.float64)
-        # A contrast change scales each channel about its mean, and
-        # brightness shifts all alike: per channel, out is an increasing
-        # affine function of the input, so the orders agree.
-        if all(np.array_equal(np.argsort(flat_out[:, c], kind='stable'),
-                              np.argsort(flat_in[:, c], kind='stable'))
-               for c in range(3)):
-          matched = True
-          break
-      if matched:
-        break
-    assert matched
+  # Each output is one of the 81 crops, maybe mirrored: which one varies
+  # from run to run, over offsets in both directions and both mirrorings.
+  where = [_source(out, [image])[1] for out in outs]
+  assert len(set(where)) >= 15, where
+  assert {y for y, _, _ in where} != {4} and {x for _, x, _ in where} != {4}
+  assert {flipped for _, _, flipped in where} == {False, True}
 
 
 def test_inputs_in_file_order_with_static_shapes(tmp_path):
@@ -89,20 +106,26 @@ def test_inputs_in_file_order_with_static_shapes(tmp_path):
   np.testing.assert_array_equal(got, expected)
 
 
-def test_distorted_inputs_shapes_labels_and_distinct_batches(tmp_path):
+def test_distorted_batches_keep_labels_with_their_images_and_shuffle(
+    tmp_path):
   written = make_fake_data(str(tmp_path), records_per_file=8)
-  all_labels = set()
-  for name in cifar10_input.TRAIN_FILES:
-    all_labels.update(written[name][0].tolist())
+  labels = np.concatenate([written[n][0] for n in cifar10_input.TRAIN_FILES])
+  images = np.concatenate([written[n][1] for n in cifar10_input.TRAIN_FILES])
   with tf.Graph().as_default():
     batches = cifar10_input.distorted_batches(str(tmp_path), 6, 2)
-    for images, labels in batches:
-      assert images.shape.as_list() == [6, 24, 24, 3]
-      assert labels.shape.as_list() == [6]
+    for batch_images, batch_labels in batches:
+      assert batch_images.shape.as_list() == [6, 24, 24, 3]
+      assert batch_labels.shape.as_list() == [6]
     with tf1.Session() as sess:
-      (i0, l0), (i1, l1) = sess.run(batches)
-  assert set(l0.tolist()) | set(l1.tolist()) <= all_labels
-  assert not np.array_equal(i0, i1)
+      got = sess.run(batches) + sess.run(batches)
+  sources = []
+  for batch_images, batch_labels in got:
+    for out, label in zip(batch_images, batch_labels):
+      index, _ = _source(out, images)
+      assert label == labels[index]  # Its own label, not a neighbour's.
+      sources.append(index)
+  # 24 images from the 40 records, in no file order: shuffled.
+  assert sources != sorted(sources) and len(set(sources)) >= 10, sources
 
 
 def test_missing_file_names_it(tmp_path):

@@ -9,41 +9,88 @@ import pytest
 
 import cifar10
 import cifar10_eval  # pylint: disable=unused-import
-from conftest import error_lines, run_script
+from conftest import REPO, error_lines, run_script
 
 FLAGS = cifar10.FLAGS
 
 DOCUMENTED = {
+    'cifar10_predict.py': ['batch_size', 'data_dir', 'checkpoint_dir',
+                           'top_k', 'export_dir', 'use_bf16'],
     'cifar10_train.py': ['batch_size', 'data_dir', 'use_fp16', 'train_dir',
                          'max_steps', 'log_device_placement',
                          'log_frequency', 'data_url', 'loss_scale',
                          'data_format', 'xla'],
     'cifar10_multi_gpu_train.py': ['batch_size', 'data_dir', 'use_fp16',
                                    'train_dir', 'max_steps', 'num_gpus',
-                                   'log_device_placement', 'virtual_cpus',
+                                   'log_device_placement', 'virtual_gpus',
                                    'variable_update', 'xla'],
     'cifar10_distributed_train.py': ['job_name', 'task_index', 'ps_hosts',
                                      'worker_hosts', 'sync_replicas',
                                      'num_gpus', 'batch_size', 'train_dir',
-                                     'max_steps', 'stall_report_secs'],
+                                     'max_steps', 'stall_report_secs',
+                                     'peer_timeout_secs'],
     'cifar10_eval.py': ['batch_size', 'data_dir', 'use_fp16', 'eval_dir',
                         'eval_data', 'checkpoint_dir', 'eval_interval_secs',
                         'num_examples', 'run_once'],
 }
 
 
-@pytest.mark.parametrize('script', sorted(DOCUMENTED))
-def test_help_lists_every_flag_with_default(script):
+def _help_defaults(script):
+  """{flag: default} as the script's --help prints them."""
   result = run_script(script, '--help')
-  assert result.returncode == 0
-  assert 'Traceback' not in result.stderr
-  for name in DOCUMENTED[script]:
-    assert '--' + name in result.stdout or '--[no]' + name in result.stdout
-  assert "(default: '128')" in result.stdout
-  if script == 'cifar10_multi_gpu_train.py':
-    assert "(default: '1000000')" in result.stdout
-  if script == 'cifar10_train.py':
-    assert "(default: '100000')" in result.stdout
+  assert result.returncode == 0 and 'Traceback' not in result.stderr
+  defaults = {}
+  # Each flag starts a line, indented by two spaces: '  --[no]xla: ...'.
+  for entry in re.split(r'\n  --(?:\[no\])?(?=\w+:)', result.stdout)[1:]:
+    name = entry.split(':')[0]
+    default = re.search(r"\(default: '([^']*)'\)", entry)
+    defaults[name] = default.group(1) if default else None
+  return defaults
+
+
+# The README's paragraphs of flags, and the scripts that take them; a
+# later paragraph's default wins (the multi-GPU trainer's --max_steps).
+README_FLAGS = [
+    ('**Model flags**', sorted(DOCUMENTED)),
+    ('**`cifar10_train.py`**', ['cifar10_train.py',
+                               'cifar10_multi_gpu_train.py',
+                               'cifar10_distributed_train.py']),
+    ('**`cifar10_multi_gpu_train.py`**', ['cifar10_multi_gpu_train.py',
+                                         'cifar10_distributed_train.py']),
+    ('**`cifar10_eval.py`**', ['cifar10_eval.py']),
+    ('`--top_k` (3)', ['cifar10_predict.py']),
+]
+
+
+def _readme_defaults():
+  """{script: {flag: default}} of the flags the README gives a default.
+
+  A default is what its parentheses start with: a number, true or false,
+  or a `value`; prose ("the official archive") promises no value.
+  """
+  with open(os.path.join(REPO, 'README.md')) as f:
+    paragraphs = f.read().split('\n\n')
+  promised = {}
+  for start, scripts in README_FLAGS:
+    paragraph, = [p for p in paragraphs if p.startswith(start)]
+    for name, default in re.findall(r'`--(\w+)` \(([^)]*)\)',
+                                    paragraph.replace('\n', ' ')):
+      literal = re.match(r'`([^`]*)`|(-?[\d.]+|true|false)\b', default)
+      for script in scripts:
+        promised.setdefault(script, {})[name] = (
+            literal.group(1) or literal.group(2) if literal else None)
+  return promised
+
+
+@pytest.mark.parametrize('script', sorted(DOCUMENTED))
+def test_help_lists_every_flag_with_the_readmes_default(script):
+  defaults = _help_defaults(script)
+  assert set(DOCUMENTED[script]) <= set(defaults), script
+  promised = _readme_defaults()[script]
+  for name, default in promised.items():
+    assert name in defaults, name
+    if default is not None:
+      assert defaults[name] == default, (name, defaults[name], default)
 
 
 @pytest.mark.parametrize('argv,expected', [
@@ -112,22 +159,31 @@ def test_bad_flag_is_one_line(script, arg, message):
 
 
 @pytest.mark.parametrize('args,message', [
-    (['--task_index=0'],
+    (['--worker_hosts=127.0.0.1:2'],
      "Give this task's job: --job_name=ps or --job_name=worker."),
     (['--job_name=worker'],
-     'Give the cluster: --ps_hosts=host:port,... and '
-     '--worker_hosts=host:port,...'),
+     'Give the cluster: --worker_hosts=host:port,... (and '
+     '--ps_hosts=host:port,... for parameter servers), or set TF_CONFIG.'),
+    (['--job_name=ps', '--ps_hosts=127.0.0.1:1'],
+     'Give the workers: --worker_hosts=host:port,...'),
     (['--job_name=worker', '--task_index=2', '--ps_hosts=127.0.0.1:1',
       '--worker_hosts=127.0.0.1:2,127.0.0.1:3'],
      '--task_index=2, but --worker_hosts lists 2 task(s).'),
     (['--job_name=ps', '--ps_hosts=127.0.0.1:1', '--worker_hosts=127.0.0.1:2',
       '--variable_update=replicated'],
-     'Distributed training keeps the variables on the ps tasks: use '
-     '--variable_update=parameter_server.'),
+     '--variable_update=replicated keeps the variables on the workers and '
+     'all-reduces between them: give no ps tasks (1 are given, from the '
+     'command line).'),
+    (['--job_name=worker', '--worker_hosts=127.0.0.1:2',
+      '--variable_update=parameter_server'],
+     '--variable_update=parameter_server needs ps tasks: give --ps_hosts, or '
+     'use --variable_update=replicated to all-reduce between the workers.'),
 ])
 def test_impossible_cluster_is_one_line(fake_data_dir, args, message):
+  env = dict(os.environ)
+  env.pop('TF_CONFIG', None)
   result = run_script('cifar10_distributed_train.py',
-                      '--data_dir=' + fake_data_dir, *args)
+                      '--data_dir=' + fake_data_dir, *args, env=env)
   assert result.returncode == 1
   assert error_lines(result.stderr) == ['Error: ' + message]
 

@@ -363,22 +363,30 @@ def train(server, task, mode, local_devices, config, make_batches=None,
           own_variables=mode == cifar10_cluster.ALL_REDUCE, hooks=hooks,
           log_prefix='Worker %d: ' % task.task_index)
     except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
-            tf.errors.AbortedError, cifar10_session.PeerGoneError) as e:
+            tf.errors.AbortedError, cifar10_session.PeerGoneError):
       if mode != cifar10_cluster.ALL_REDUCE:
         raise
-      raise cifar10_session.UsageError(_peer_gone(task, e))
+      raise cifar10_session.UsageError(_peer_gone(task))
 
 
-def _peer_gone(task, error):
+def _peer_gone(task):
   """The line for a worker whose all-reduce or broadcast a peer left."""
   gone = cifar10_cluster.unanswered_peers(task)
-  return ('Worker %d: gave up waiting for %s after at most %d s%s. Restart '
-          'the whole cluster: it resumes from the chief\'s latest checkpoint '
-          'in its --train_dir.' % (
-              task.task_index, ' and '.join(gone) or 'a peer',
-              FLAGS.peer_timeout_secs,
-              ': it does not answer (stopped, or never started)' if gone
-              else ' (%s)' % str(error).splitlines()[0]))
+  if gone:
+    waited_for = ('%s after at most %d s: it does not answer (stopped, or '
+                  'never started)' % (' and '.join(gone),
+                                      FLAGS.peer_timeout_secs))
+  else:
+    waited_for = ('a peer after at most %d s: %s answer%s but did not take '
+                  'part (hung?)' % (
+                      FLAGS.peer_timeout_secs, ' and '.join(
+                          'worker %d (%s)' % (i, address)
+                          for i, address in enumerate(task.worker_hosts)
+                          if i != task.task_index),
+                      '' if len(task.worker_hosts) > 2 else 's'))
+  return ('Worker %d: gave up waiting for %s. Restart the whole cluster: it '
+          'resumes from the chief\'s latest checkpoint in its --train_dir.'
+          % (task.task_index, waited_for))
 
 
 def main(argv=None):  # pylint: disable=unused-argument

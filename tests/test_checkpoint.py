@@ -47,12 +47,18 @@ def _evaluate(data_dir, checkpoint_dir, tmp_path):
 
 
 def _md5s(directory):
-  """{file name: md5} of the checkpoint files and the index file."""
+  """{file name: (md5, mtime)} of the checkpoint files and the index file.
+
+  The time too: a checkpoint saved again with the same values may have
+  the same bytes, but it was written.
+  """
   found = {}
   for name in os.listdir(directory):
     if name.startswith('model.ckpt-') or name == 'checkpoint':
-      with open(os.path.join(directory, name), 'rb') as f:
-        found[name] = hashlib.md5(f.read()).hexdigest()
+      path = os.path.join(directory, name)
+      with open(path, 'rb') as f:
+        found[name] = (hashlib.md5(f.read()).hexdigest(),
+                       os.stat(path).st_mtime_ns)
   return found
 
 

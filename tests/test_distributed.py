@@ -529,3 +529,42 @@ def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
   decay = int(50000 / examples_per_step * 350)
   assert _learning_rate_at(graph, [0, decay - 1, decay]) == pytest.approx(
       [0.1, 0.1, 0.01])
+
+
+def test_allreduce_peer_that_never_starts_or_hangs_is_one_line(
+    fake_data_dir, tmp_path):
+  hosts = ['127.0.0.1:%d' % p for p in _free_ports(2)]
+  common = ['--worker_hosts=' + ','.join(hosts), '--data_dir=' + fake_data_dir,
+            '--batch_size=8', '--log_frequency=1', '--peer_timeout_secs=10',
+            '--max_steps=100000', '--train_dir=' + str(tmp_path / 'train')]
+  # Worker 1 never starts: the chief's broadcast of its values waits for
+  # it, 10 s, and no longer.
+  started = time.time()
+  rc, _, err = _finish(_start('--job_name=worker', '--task_index=0', *common),
+                       timeout=300)
+  assert rc == 1 and time.time() - started < 10 + 60, err[-3000:]
+  assert error_lines(err) == [
+      'Error: Worker 0: gave up waiting for worker 1 (%s) after at most 10 s: '
+      'it does not answer (stopped, or never started). Restart the whole '
+      'cluster: it resumes from the chief\'s latest checkpoint in its '
+      '--train_dir.' % hosts[1]]
+  # Worker 1 hangs (SIGSTOP) in the middle of training: its server still
+  # takes connections, but its part of the all-reduce never comes.
+  chief = _start('--job_name=worker', '--task_index=0', *common)
+  worker = _start('--job_name=worker', '--task_index=1', *common)
+  try:
+    _wait_for_line(worker, r'^Worker 1: .*step 5, loss', timeout=300)
+    worker.send_signal(signal.SIGSTOP)
+    stopped = time.time()
+    rc, _, err = _finish(chief, timeout=120)
+    waited = time.time() - stopped
+  finally:
+    for p in (chief, worker):
+      if p.poll() is None:
+        p.kill()
+  assert rc == 1 and waited < 10 + 60, err[-3000:]
+  assert error_lines(err) == [
+      'Error: Worker 0: gave up waiting for a peer after at most 10 s: worker '
+      '1 (%s) answers but did not take part (hung?). Restart the whole '
+      'cluster: it resumes from the chief\'s latest checkpoint in its '
+      '--train_dir.' % hosts[1]]

@@ -150,6 +150,23 @@ def test_file_url_from_the_flags(tmp_path, archive):
   assert len(cifar10_input.data_files(data_dir, eval_data=True)) == 1
 
 
+def test_data_md5_flag_is_checked(tmp_path, archive):
+  body, md5 = archive
+  path = tmp_path / 'copy.tar.gz'
+  path.write_bytes(body)
+  url = 'file://' + str(path)
+  wrong = str(tmp_path / 'wrong')
+  with flagsaver.flagsaver(data_dir=wrong, data_url=url, data_md5='f' * 32):
+    with pytest.raises(cifar10_input.DataError, match='has md5 %s, not f{32}'
+                       % md5):
+      cifar10.maybe_download_and_extract()
+  assert not os.path.exists(os.path.join(wrong, cifar10_input.BATCHES_DIR))
+  right = str(tmp_path / 'right')
+  with flagsaver.flagsaver(data_dir=right, data_url=url, data_md5=md5):
+    cifar10.maybe_download_and_extract()
+  assert len(cifar10_input.data_files(right, eval_data=True)) == 1
+
+
 def test_archive_without_cifar_directory(tmp_path):
   buf = io.BytesIO()
   with tarfile.open(fileobj=buf, mode='w:gz') as tar:

@@ -19,6 +19,7 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import errno
 import hashlib
 import http.client
 import os
@@ -64,6 +65,11 @@ NUM_PREPROCESS_THREADS = 16
 # Where the data comes from: the official archive and its md5.
 DATA_URL = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
 DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
+# The archive (170 MB) and its extracted files (184 MB) together.
+DATA_MEGABYTES = 360
+# A write that failed for want of space: a full disk, a quota, a file
+# size limit (ulimit -f).
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class DataError(Exception):
@@ -378,14 +384,32 @@ def _download(url, filepath):
   except (IOError, OSError, ValueError, http.client.HTTPException) as e:
     if os.path.exists(partial):
       os.remove(partial)
-    raise DataError(
-        'Failed to download %s: %s. Check --data_url (a file:// URL works for '
-        'a local copy of cifar-10-binary.tar.gz) or extract the archive into '
-        '--data_dir.' % (url, getattr(e, 'reason', e)))
+    advice = _full_disk_advice(e, filepath) or (
+        'Check --data_url (a file:// URL works for a local copy of '
+        'cifar-10-binary.tar.gz) or extract the archive into --data_dir.')
+    raise DataError('Failed to download %s: %s. %s'
+                    % (url, getattr(e, 'reason', e), advice))
   os.chmod(partial, 0o644)
   os.rename(partial, filepath)
   print('Successfully downloaded', filename, os.path.getsize(filepath),
         'bytes.')
+
+
+def _full_disk_advice(error, filepath):
+  """What to do when a write failed for want of space, or None.
+
+  Args:
+    error: the exception a download or an extraction raised.
+    filepath: the archive's path in --data_dir.
+
+  Returns:
+    A sentence for the error line, or None for other errors.
+  """
+  if getattr(error, 'errno', None) not in FULL_DISK_ERRNOS:
+    return None
+  return ('The disk of %s is full (the data takes about %d MB): free space there, '
+          'or choose another --data_dir.'
+          % (os.path.dirname(filepath) or '.', DATA_MEGABYTES))
 
 
 def _extract(filepath, directory):
@@ -462,7 +486,7 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=''):
       if not os.path.isdir(extracted_dir_path):  # Not a concurrent extractor.
         raise
   except (tarfile.TarError, EOFError, OSError) as e:
-    raise DataError('Failed to extract %s: %s. Delete it and run again.'
-                     % (filepath, e))
+    advice = _full_disk_advice(e, filepath) or 'Delete it and run again.'
+    raise DataError('Failed to extract %s: %s. %s' % (filepath, e, advice))
   finally:
     shutil.rmtree(staging, ignore_errors=True)

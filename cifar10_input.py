@@ -407,8 +407,8 @@ def _full_disk_advice(error, filepath):
   """
   if getattr(error, 'errno', None) not in FULL_DISK_ERRNOS:
     return None
-  return ('The disk of %s is full (the data takes about %d MB): free space there, '
-          'or choose another --data_dir.'
+  return ('There is no room for the data in %s (it takes about %d MB): free '
+          'space there, or choose another --data_dir.'
           % (os.path.dirname(filepath) or '.', DATA_MEGABYTES))
 
 

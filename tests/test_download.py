@@ -218,8 +218,8 @@ def test_full_disk_error_starts_its_own_line(tmp_path, stage):
       'download' if stage == 'download' else 'extract')), error
   assert 'File too large' in error
   # The advice is about space, not about the archive or the URL.
-  assert error.endswith('. The disk of %s is full (the data takes about %d '
-                        'MB): free space there, or choose another '
+  assert error.endswith('. There is no room for the data in %s (it takes '
+                        'about %d MB): free space there, or choose another '
                         '--data_dir.' % (data_dir, cifar10_input.DATA_MEGABYTES)
                         ), error
   # A progress line came first, and ended before the error.

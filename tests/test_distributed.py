@@ -73,8 +73,18 @@ def _wait_for_line(process, pattern, timeout):
 
 
 def _finish(process, timeout):
-  """Waits for process; returns (returncode, stdout, stderr)."""
-  process.wait(timeout=timeout)
+  """Waits for process; returns (returncode, stdout, stderr).
+
+  Raises:
+    subprocess.TimeoutExpired: it ran past timeout (it is killed first, so
+      that no failed test leaves a task behind).
+  """
+  try:
+    process.wait(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    process.kill()
+    process.wait()
+    raise
   return process.returncode, process.out.text(), process.err.text()
 
 

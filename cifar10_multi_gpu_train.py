@@ -175,6 +175,8 @@ def tower_devices(num_towers, virtual=False):
   config.device_count['GPU'] = 0
   if virtual:
     config.device_count['CPU'] = num_towers
+    print('No GPU found: running the %d tower(s) on the CPU, tower i on '
+          'virtual CPU device /cpu:i (they share its cores).' % num_towers)
     return ['/cpu:%d' % i for i in range(num_towers)], config
   print('No GPU found: running the %d tower(s) on the CPU.' % num_towers)
   return ['/cpu:0'] * num_towers, config

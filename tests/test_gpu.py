@@ -117,7 +117,7 @@ def test_virtual_gpus_split_gpu_0_where_there_are_too_few(one_gpu, capsys):
       'less, or add --virtual_gpus to split GPU 0 into 2 virtual GPUs.')
 
 
-def test_virtual_gpus_without_a_gpu_are_virtual_cpus(monkeypatch):
+def test_virtual_gpus_without_a_gpu_are_virtual_cpus(monkeypatch, capsys):
   real = tf.config.list_physical_devices
   monkeypatch.setattr(
       tf.config, 'list_physical_devices',
@@ -126,6 +126,9 @@ def test_virtual_gpus_without_a_gpu_are_virtual_cpus(monkeypatch):
   devices, config = multi.tower_devices(3, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1', '/cpu:2']
   assert config.device_count['CPU'] == 3 and config.device_count['GPU'] == 0
+  assert capsys.readouterr().out.splitlines() == [
+      'No GPU found: running the 3 tower(s) on the CPU, tower i on virtual '
+      'CPU device /cpu:i (they share its cores).']
   with flagsaver.flagsaver(virtual_cpus=True):  # The flag's old name.
     assert multi.FLAGS.virtual_gpus
 

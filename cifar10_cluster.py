@@ -331,6 +331,25 @@ def start_server(task, config):
            str(e).splitlines()[0]))
 
 
+def free_local_ports(n):
+  """n distinct free TCP ports on 127.0.0.1, for a cluster on one machine
+  (docs/cluster_speed.py, the tests).
+
+  Args:
+    n: how many ports.
+
+  Returns:
+    A list of n port numbers.
+  """
+  sockets = [socket.socket() for _ in range(n)]
+  for s in sockets:
+    s.bind(('127.0.0.1', 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
 def unanswered_peers(task):
   """The other workers whose servers do not accept a connection.
 

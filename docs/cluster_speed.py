@@ -21,7 +21,6 @@ import argparse
 import datetime
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,22 +29,14 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINER = os.path.join(REPO, 'cifar10_distributed_train.py')
+sys.path.insert(0, REPO)
+
+import cifar10_cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MODES = ('parameter_server', 'all-reduce')
 
 # The chief's step line: 'Worker 0: <datetime>: step N, loss = ...'.
 STEP_LINE = re.compile(r'^Worker 0: (\S+ \S+): step (\d+), loss', re.M)
-
-
-def free_ports(n):
-  """n distinct free TCP ports on 127.0.0.1."""
-  sockets = [socket.socket() for _ in range(n)]
-  for s in sockets:
-    s.bind(('127.0.0.1', 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 def run_cluster(mode, num_workers, args, work_dir):
@@ -63,7 +54,7 @@ def run_cluster(mode, num_workers, args, work_dir):
   Raises:
     RuntimeError: a task failed.
   """
-  ports = free_ports(num_workers + 1)
+  ports = cifar10_cluster.free_local_ports(num_workers + 1)
   hosts = ['--worker_hosts=' + ','.join(
       '127.0.0.1:%d' % p for p in ports[1:])]
   if mode == 'parameter_server':

@@ -9,6 +9,7 @@ except under CI (CI=true), where its absence is a failure.
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import tarfile
@@ -155,6 +156,36 @@ def run_limited(limit, script, *args, merge_output=False):
       cwd=REPO, stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
       text=True, timeout=600)
+
+
+def _default_sigint():
+  # As in a terminal: a test run started in the background ('cmd &' in a
+  # script) ignores SIGINT, and Python keeps an ignored SIGINT ignored.
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_script(script, *args, env=None):
+  """Starts one of the repository's scripts in the background, as from a
+  terminal (SIGINT at its default).
+
+  Its stdout and stderr are read as they come, so that waits keep their
+  deadlines and no pipe fills: process.out and process.err are LineReaders.
+
+  Args:
+    script: the script, relative to the repository.
+    *args: its arguments.
+    env: its environment; None: this one's.
+
+  Returns:
+    The Popen, with .out and .err.
+  """
+  process = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, script)] + list(args), cwd=REPO,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+      preexec_fn=_default_sigint)
+  process.out, process.err = LineReader(process.stdout), LineReader(
+      process.stderr)
+  return process
 
 
 class LineReader(object):

@@ -6,7 +6,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -19,24 +18,12 @@ import cifar10
 import cifar10_cluster
 import cifar10_distributed_train as dist
 import cifar10_multi_gpu_train as multi
-from conftest import (REPO, LineReader, checkpoint_step, error_lines,
-                      run_script)
+from conftest import checkpoint_step, error_lines, run_script, start_script
 
 tf1 = tf.compat.v1
 
 DONE_LINE = re.compile(r'^Worker (\d): done after (\d+) steps of its own '
                        r'\((\d+) examples\)\.$', re.M)
-
-
-def _free_ports(n):
-  """n distinct free TCP ports on 127.0.0.1."""
-  sockets = [socket.socket() for _ in range(n)]
-  for s in sockets:
-    s.bind(('127.0.0.1', 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 def _hosts(ports):
@@ -55,14 +42,15 @@ def _start(*args, tf_config=None):
   env.pop('TF_CONFIG', None)
   if tf_config is not None:
     env['TF_CONFIG'] = json.dumps(tf_config)
-  process = subprocess.Popen(
-      [sys.executable, os.path.join(REPO, 'cifar10_distributed_train.py')]
-      + list(args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True, env=env)
-  # Read as it comes, so that waits keep their deadlines and no pipe fills.
-  process.out, process.err = LineReader(process.stdout), LineReader(
-      process.stderr)
-  return process
+  return start_script('cifar10_distributed_train.py', *args, env=env)
+
+
+def _kill_left(*processes):
+  """Kills those of processes (None: never started) still running, so that
+  no test leaves a task behind."""
+  for p in processes:
+    if p is not None and p.poll() is None:
+      p.kill()
 
 
 def _wait_for_line(process, pattern, timeout):
@@ -94,16 +82,14 @@ def _run_cluster(flags):
   Returns:
     (returncode, stdout, stderr) of worker 1, worker 0 and the ps task.
   """
-  common = _hosts(_free_ports(3)) + flags
+  common = _hosts(cifar10_cluster.free_local_ports(3)) + flags
   tasks = [_start('--job_name=ps', '--task_index=0', *common),
            _start('--job_name=worker', '--task_index=0', *common),
            _start('--job_name=worker', '--task_index=1', *common)]
   try:
     return [_finish(p, timeout=300) for p in tasks[::-1]]
   finally:
-    for p in tasks:
-      if p.poll() is None:
-        p.kill()
+    _kill_left(*tasks)
 
 
 def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
@@ -111,7 +97,7 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   train_dir = str(tmp_path / 'train')
   flags = ['--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
            '--batch_size=16', '--log_frequency=10', '--stall_report_secs=3']
-  common = _hosts(_free_ports(3)) + flags + ['--max_steps=30']
+  common = _hosts(cifar10_cluster.free_local_ports(3)) + flags + ['--max_steps=30']
   ps = _start('--job_name=ps', '--task_index=0', *common)
   chief = _start('--job_name=worker', '--task_index=0', *common)
   try:
@@ -124,9 +110,7 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
     results += [_finish(p, timeout=300) for p in (worker, ps)]
     others_after_chief = time.time() - chief_exit
   finally:
-    for p in (ps, chief):
-      if p.poll() is None:
-        p.kill()
+    _kill_left(ps, chief)
   for rc, out, err in results:
     assert rc == 0, out[-2000:] + err[-3000:]
   # Everyone is gone soon after the chief (no 60 or 120 s hang), on a
@@ -196,7 +180,7 @@ def test_port_in_use_is_one_line(fake_data_dir):
 
 
 def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
-  ports = _free_ports(3)
+  ports = cifar10_cluster.free_local_ports(3)
   train_dir = str(tmp_path / 'train')
   common = _hosts(ports) + [
       '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
@@ -219,28 +203,25 @@ def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
     assert ps.wait(timeout=30) == 0
     assert "ps task 0: stopped by signal 2." in ps.out.text()
   finally:
-    for p in (ps, chief, worker):
-      if p.poll() is None:
-        p.kill()
+    _kill_left(ps, chief, worker)
 
 
 def test_sigterm_stops_a_ps_task(fake_data_dir):
   ps = _start('--job_name=ps', '--data_dir=' + fake_data_dir,
-              *_hosts(_free_ports(3)))
+              *_hosts(cifar10_cluster.free_local_ports(3)))
   try:
     _wait_for_line(ps, r'^ps task 0 serving', timeout=120)
     ps.send_signal(signal.SIGTERM)
     rc, out, err = _finish(ps, timeout=60)
   finally:
-    if ps.poll() is None:
-      ps.kill()
+    _kill_left(ps)
   assert rc == 0, err[-3000:]
   assert out.splitlines()[-1] == 'ps task 0: stopped by signal 15.'
 
 
 def test_restarted_sync_worker_rejoins(fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  common = _hosts(_free_ports(3)) + [
+  common = _hosts(cifar10_cluster.free_local_ports(3)) + [
       '--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
       '--batch_size=8', '--max_steps=40', '--log_frequency=1',
       '--stall_report_secs=3']
@@ -257,9 +238,7 @@ def test_restarted_sync_worker_rejoins(fake_data_dir, tmp_path):
     restarted = _start('--job_name=worker', '--task_index=1', *common)
     results = [_finish(p, timeout=300) for p in (chief, restarted, ps)]
   finally:
-    for p in (ps, chief, worker, restarted):
-      if p and p.poll() is None:
-        p.kill()
+    _kill_left(ps, chief, worker, restarted)
   for rc, out, err in results:
     assert rc == 0, out[-2000:] + err[-3000:]
   steps = {int(m.group(1)): int(m.group(2))
@@ -273,7 +252,7 @@ def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
   rng = np.random.RandomState(5)
   images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
-  ports = _free_ports(3)
+  ports = cifar10_cluster.free_local_ports(3)
   tasks = _tasks(['127.0.0.1:%d' % ports[0]],
                  ['127.0.0.1:%d' % p for p in ports[1:]])
   initial, steps, _ = _train_in_threads(tasks, cifar10_cluster.PARAMETER_SERVER,
@@ -378,7 +357,7 @@ def test_allreduce_workers_step_as_one_tower_on_both_batches_and_agree(
   rng = np.random.RandomState(6)
   images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
-  tasks = _tasks([], ['127.0.0.1:%d' % p for p in _free_ports(2)])
+  tasks = _tasks([], ['127.0.0.1:%d' % p for p in cifar10_cluster.free_local_ports(2)])
   initial, steps, final = _train_in_threads(
       tasks, cifar10_cluster.ALL_REDUCE, images, labels, tmp_path)
   assert steps == {0: 1, 1: 1}
@@ -416,7 +395,7 @@ def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
     fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   hosts = '--worker_hosts=' + ','.join('127.0.0.1:%d' % p
-                                       for p in _free_ports(2))
+                                       for p in cifar10_cluster.free_local_ports(2))
   common = [hosts, '--data_dir=' + fake_data_dir, '--batch_size=8',
             '--log_frequency=1', '--peer_timeout_secs=15',
             '--save_checkpoint_steps=5']
@@ -433,9 +412,7 @@ def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
     rc, out, err = _finish(chief, timeout=120)
     waited = time.time() - killed_at
   finally:
-    for p in (chief, worker):
-      if p.poll() is None:
-        p.kill()
+    _kill_left(chief, worker)
   assert rc == 1, out[-2000:] + err[-3000:]
   assert waited < 15 + 30, waited  # The timeout, and some for the exit.
   match = re.match(
@@ -463,7 +440,7 @@ def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
 
 def test_three_tasks_from_tf_config_alone_train_and_finish(fake_data_dir,
                                                             tmp_path):
-  ports = _free_ports(3)
+  ports = cifar10_cluster.free_local_ports(3)
   cluster = {'chief': ['127.0.0.1:%d' % ports[0]],
              'worker': ['127.0.0.1:%d' % ports[1]],
              'ps': ['127.0.0.1:%d' % ports[2]]}
@@ -477,9 +454,7 @@ def test_three_tasks_from_tf_config_alone_train_and_finish(fake_data_dir,
     (_, ps_out, _), (chief_rc, chief_out, chief_err), (rc, out, err) = [
         _finish(p, timeout=300) for p in tasks]
   finally:
-    for p in tasks:
-      if p.poll() is None:
-        p.kill()
+    _kill_left(*tasks)
   assert chief_rc == 0 and rc == 0, chief_err[-3000:] + err[-3000:]
   assert chief_out.startswith(
       'Worker 0 of a cluster of 2 worker(s) and 1 ps task(s), from '
@@ -543,7 +518,7 @@ def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
 
 def test_allreduce_peer_that_never_starts_or_hangs_is_one_line(
     fake_data_dir, tmp_path):
-  hosts = ['127.0.0.1:%d' % p for p in _free_ports(2)]
+  hosts = ['127.0.0.1:%d' % p for p in cifar10_cluster.free_local_ports(2)]
   common = ['--worker_hosts=' + ','.join(hosts), '--data_dir=' + fake_data_dir,
             '--batch_size=8', '--log_frequency=1', '--peer_timeout_secs=10',
             '--max_steps=100000', '--train_dir=' + str(tmp_path / 'train')]
@@ -569,9 +544,7 @@ def test_allreduce_peer_that_never_starts_or_hangs_is_one_line(
     rc, _, err = _finish(chief, timeout=120)
     waited = time.time() - stopped
   finally:
-    for p in (chief, worker):
-      if p.poll() is None:
-        p.kill()
+    _kill_left(chief, worker)
   assert rc == 1 and waited < 10 + 60, err[-3000:]
   assert error_lines(err) == [
       'Error: Worker 0: gave up waiting for a peer after at most 10 s: worker '

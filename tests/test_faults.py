@@ -4,26 +4,11 @@ import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import tensorflow as tf
 
-from conftest import REPO, STEP_LINE, LineReader, checkpoint_step, run_script
-
-
-def _default_sigint():
-  # As in a terminal: a test run started in the background ('cmd &' in a
-  # script) ignores SIGINT, and Python keeps an ignored SIGINT ignored.
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _start(script, *args):
-  return subprocess.Popen(
-      [sys.executable, os.path.join(REPO, script)] + list(args),
-      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      preexec_fn=_default_sigint)
+from conftest import STEP_LINE, checkpoint_step, run_script, start_script
 
 
 def _all_checkpoints_readable(train_dir):
@@ -41,8 +26,8 @@ def test_kill_9_then_resume_redoes_at_most_one_interval(real_data_dir,
           '--save_checkpoint_steps=10']
   rng = random.Random(7)
   for _ in range(3):
-    proc = _start('cifar10_train.py', *args)
-    stdout, stderr = LineReader(proc.stdout), LineReader(proc.stderr)
+    proc = start_script('cifar10_train.py', *args)
+    stdout, stderr = proc.out, proc.err
     kill_after = rng.randint(3, 25)  # Step lines of this run.
     for _ in range(kill_after):
       last = int(stdout.wait_for(STEP_LINE, timeout=300).group(1))
@@ -84,11 +69,11 @@ def _wait_until_evaluated(eval_dir, step, timeout):
 def test_periodic_eval_beside_training(real_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   eval_dir = str(tmp_path / 'eval')
-  evaluator = _start('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                     '--checkpoint_dir=' + train_dir, '--eval_dir=' + eval_dir,
-                     '--eval_interval_secs=1', '--num_examples=64',
-                     '--batch_size=64')
-  stdout, stderr = LineReader(evaluator.stdout), LineReader(evaluator.stderr)
+  evaluator = start_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
+                           '--checkpoint_dir=' + train_dir,
+                           '--eval_dir=' + eval_dir, '--eval_interval_secs=1',
+                           '--num_examples=64', '--batch_size=64')
+  stdout, stderr = evaluator.out, evaluator.err
   try:
     stdout.wait_for('No checkpoint file found in %s; waiting.' % train_dir,
                     timeout=120)

@@ -9,8 +9,6 @@ the devices they place things on, the notices they print.
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 from absl.testing import flagsaver
@@ -26,7 +24,8 @@ import cifar10_multi_gpu_train as multi
 import cifar10_predict
 import cifar10_session
 import cifar10_train
-from conftest import NO_GPU, REPO, STEP_LINE, make_fake_data, run_script
+from conftest import (NO_GPU, STEP_LINE, make_fake_data, run_script,
+                      start_script)
 
 tf1 = tf.compat.v1
 
@@ -328,23 +327,21 @@ def test_replicated_equals_parameter_server_on_two_gpus(real_data_dir):
 @gpu
 def test_trainer_and_evaluator_share_one_gpu(real_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  trainer = subprocess.Popen(
-      [sys.executable, os.path.join(REPO, 'cifar10_train.py'),
-       '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
-       '--max_steps=600', '--save_checkpoint_steps=100'],
-      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  evaluator = subprocess.Popen(
-      [sys.executable, os.path.join(REPO, 'cifar10_eval.py'),
-       '--data_dir=' + real_data_dir, '--checkpoint_dir=' + train_dir,
-       '--eval_dir=' + str(tmp_path / 'eval'), '--eval_interval_secs=1',
-       '--num_examples=1000'],
-      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  trainer = start_script('cifar10_train.py', '--data_dir=' + real_data_dir,
+                         '--train_dir=' + train_dir, '--max_steps=600',
+                         '--save_checkpoint_steps=100')
+  evaluator = start_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
+                           '--checkpoint_dir=' + train_dir,
+                           '--eval_dir=' + str(tmp_path / 'eval'),
+                           '--eval_interval_secs=1', '--num_examples=1000')
   try:
-    out, err = trainer.communicate(timeout=600)
+    trainer.wait(timeout=600)
+    err = trainer.err.text()
     assert trainer.returncode == 0, err[-3000:]
     time.sleep(3)  # The last checkpoint's evaluation.
     evaluator.send_signal(signal.SIGINT)
-    eval_out, eval_err = evaluator.communicate(timeout=120)
+    evaluator.wait(timeout=120)
+    eval_out, eval_err = evaluator.out.text(), evaluator.err.text()
   finally:
     for process in (trainer, evaluator):
       if process.poll() is None:

@@ -5,13 +5,11 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 
 import pytest
 
 from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
-                      run_limited, run_script)
+                      run_limited, run_script, start_script)
 
 # Every script's directory flags.
 PATH_FLAGS = {
@@ -95,23 +93,16 @@ def test_rerun_at_max_steps_does_nothing(fake_data_dir, tmp_path, script):
   assert more.returncode == 0 and checkpoint_step(train_dir) == 15
 
 
-def _start(*args):
-  return subprocess.Popen([sys.executable] + list(args), cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
-
-
 def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
     fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
           '--batch_size=8']
-  first = _start(os.path.join(REPO, 'cifar10_train.py'),
-                 '--max_steps=1000000', '--log_frequency=1', *args)
+  first = start_script('cifar10_train.py', '--max_steps=1000000',
+                       '--log_frequency=1', *args)
   try:
-    for line in first.stdout:  # Training, and so holding the lock.
-      if STEP_LINE.match(line.strip()):
-        break
+    # Training, and so holding the lock.
+    first.out.wait_for(STEP_LINE, timeout=300)
     for script in ('cifar10_train.py', 'cifar10_multi_gpu_train.py'):
       second = run_script(script, '--max_steps=1000000', *args)
       assert second.returncode == 1
@@ -131,7 +122,7 @@ def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
     assert 'precision @ 1 = ' in evaluated.stdout
   finally:
     first.send_signal(signal.SIGKILL)
-    first.communicate()
+    first.wait(timeout=60)
   step = checkpoint_step(train_dir)
   after = run_script('cifar10_train.py', '--max_steps=%d' % (step + 3), *args)
   assert after.returncode == 0, after.stderr[-2000:]

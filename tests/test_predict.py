@@ -16,7 +16,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_eval
 import cifar10_input
-from conftest import REPO, error_lines, run_script
+from conftest import error_lines, run_script
 
 tf1 = tf.compat.v1
 

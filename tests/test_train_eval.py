@@ -4,7 +4,6 @@ import glob
 import os
 import re
 import signal
-import subprocess
 import sys
 
 from absl.testing import flagsaver
@@ -14,8 +13,8 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_input
-from conftest import (REPO, STEP_LINE, LineReader, checkpoint_step,
-                      error_lines, make_fake_data, run_script, write_records)
+from conftest import (STEP_LINE, checkpoint_step, error_lines, make_fake_data,
+                      run_script, start_script, write_records)
 
 tf1 = tf.compat.v1
 
@@ -218,22 +217,16 @@ def test_loss_falls_over_a_few_hundred_steps(real_data_dir, tmp_path):
 
 def test_sigterm_saves_checkpoint_at_current_step(real_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(REPO, 'cifar10_train.py'),
-       '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
-       '--batch_size=16', '--log_frequency=1', '--max_steps=100000'],
-      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  seen = []
-  for line in proc.stdout:
-    match = STEP_LINE.match(line.strip())
-    if match:
-      seen.append(int(match.group(1)))
-      if len(seen) == 25:
-        proc.send_signal(signal.SIGTERM)
-        break
-  out, err = proc.communicate(timeout=120)
-  assert proc.returncode == 0, err[-3000:]
-  steps = seen + [int(m.group(1)) for m in STEP_LINE.finditer(out)]
+  proc = start_script('cifar10_train.py', '--data_dir=' + real_data_dir,
+                      '--train_dir=' + train_dir, '--batch_size=16',
+                      '--log_frequency=1', '--max_steps=100000')
+  for _ in range(25):
+    proc.out.wait_for(STEP_LINE, timeout=300)
+  proc.send_signal(signal.SIGTERM)
+  proc.wait(timeout=120)
+  assert proc.returncode == 0, proc.err.text()[-3000:]
+  out = proc.out.text()
+  steps = [int(m.group(1)) for m in STEP_LINE.finditer(out)]
   assert 'Stopped by signal %d' % signal.SIGTERM in out
   # The checkpoint holds every step that ran: the last logged one + 1.
   assert checkpoint_step(train_dir) == steps[-1] + 1 >= 25
@@ -271,13 +264,10 @@ def test_nan_loss_stops_with_one_line_and_keeps_checkpoint(real_data_dir,
 
 def test_ctrl_c_saves_a_checkpoint_and_stops(fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(REPO, 'cifar10_train.py'),
-       '--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
-       '--batch_size=8', '--log_frequency=1', '--max_steps=100000'],
-      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-  stdout, stderr = LineReader(proc.stdout), LineReader(proc.stderr)
+  proc = start_script('cifar10_train.py', '--data_dir=' + fake_data_dir,
+                      '--train_dir=' + train_dir, '--batch_size=8',
+                      '--log_frequency=1', '--max_steps=100000')
+  stdout, stderr = proc.out, proc.err
   for _ in range(5):
     stdout.wait_for(STEP_LINE, timeout=300)
   proc.send_signal(signal.SIGINT)

@@ -6,10 +6,11 @@ checkpoint) or a CSV file of `step,precision` lines. The tutorial's
 published points are marked. Prints every curve's value at each
 thousandth step, and writes the PNG.
 
-Usage (matplotlib comes with requirements-dev.txt):
-  python docs/plot_precision.py --out=docs/precision_bf16_30k.png \\
-      'bfloat16=/root/runs/bf16_30k/eval_bf16' \\
-      'float32=docs/precision_float32_30k.csv'
+Usage (matplotlib comes with requirements-dev.txt), the picture in README:
+  python docs/plot_precision.py --out=docs/precision.png \\
+      'float32, one tower of 128 (100K run)=docs/precision_float32_100k.csv' \\
+      'bfloat16, two towers of 128 (30K run)=docs/precision_bf16_30k.csv' \\
+      'float32, two towers of 128 (30K run)=docs/precision_float32_30k.csv'
 """
 
 import argparse
@@ -21,6 +22,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import matplotlib  # pylint: disable=g-import-not-at-top
 matplotlib.use('Agg')
+import matplotlib.ticker  # pylint: disable=g-import-not-at-top
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -82,6 +84,8 @@ def plot(curves, out):
       ax.plot([step], [100 * precision], 'k*', markersize=12, label=what)
     else:
       ax.axhline(100 * precision, color='k', linestyle=':', label=what)
+  ax.xaxis.set_major_formatter(
+      matplotlib.ticker.FuncFormatter(lambda step, _: '%gK' % (step / 1000)))
   ax.set_xlabel('global step')
   ax.set_ylabel('precision @ 1 on the 10,000 test images (%)')
   ax.set_ylim(50, 90)

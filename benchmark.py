@@ -46,9 +46,11 @@ import time
 
 from absl.testing import flagsaver
 import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_session
+import cifar10_cli
+import cifar10_devices
 import cifar10_eval
 import cifar10_input
+import cifar10_lrn
 import cifar10_multi_gpu_train as multi
 import cifar10_train
 import numpy as np
@@ -104,7 +106,7 @@ def matmul_peak():
     b = tf1.get_variable('b', [n, n], initializer=tf1.ones_initializer())
     # Reduce to a scalar on the device, so no copy of the result is timed.
     product = tf.reduce_sum(tf.matmul(a, b))
-    with tf1.Session(config=cifar10_session.session_config()) as sess:
+    with tf1.Session(config=cifar10_devices.session_config()) as sess:
       sess.run(tf1.global_variables_initializer())
       sess.run(product)
       times = []
@@ -117,16 +119,10 @@ def matmul_peak():
 
 def _gpus_line():
   """Names the GPUs TensorFlow sees, or says there is none."""
-  gpus = tf.config.list_physical_devices('GPU')
+  gpus = cifar10_devices.describe_gpus()
   if not gpus:
     return 'no GPU visible: every row runs on the CPU'
-  described = []
-  for i, gpu in enumerate(gpus):
-    details = tf.config.experimental.get_device_details(gpu)
-    described.append('GPU:%d %s (compute capability %s)' % (
-        i, details.get('device_name', '?'), '.'.join(
-            str(n) for n in details.get('compute_capability', ('?',)))))
-  return 'GPUs: ' + '; '.join(described)
+  return 'GPUs: ' + '; '.join(gpu for gpu, _ in gpus)
 
 
 def _stepper(step):
@@ -155,7 +151,7 @@ def _graph_row(builder):
     inits = [tf1.global_variables_initializer(),
              local_init or tf1.local_variables_initializer()]
   sess = tf1.Session(graph=graph,
-                     config=config or cifar10_session.session_config())
+                     config=config or cifar10_devices.session_config())
   for init in inits:
     sess.run(init)
   return sess, fetch, examples_per_step
@@ -264,16 +260,16 @@ def op_times(step_stats):
 
 def _single_tower():
   train_op, _ = cifar10_train.build_train_op()
-  return train_op, FLAGS.batch_size, cifar10_session.session_config(), None
+  return train_op, FLAGS.batch_size, cifar10_devices.session_config(), None
 
 
 def _multi(num_towers):
   # With fewer GPUs than towers, on virtual GPUs (--virtual_gpus); without
   # a GPU, as the trainer runs by default: every tower on /cpu:0.
-  graph, config = multi.build_graph(
+  train_op, _, scaffold, config = multi.build_graph(
       num_towers, virtual=bool(tf.config.list_physical_devices('GPU')))
-  return (graph.train_op, FLAGS.batch_size * num_towers, config,
-          graph.local_init_op)
+  return (train_op, FLAGS.batch_size * num_towers, config,
+          scaffold.local_init_op)
 
 
 def _input():
@@ -304,8 +300,9 @@ def keras_model(policy='float32'):
     return tf.keras.initializers.TruncatedNormal(stddev=stddev)
   def lrn():
     return layers.Lambda(lambda x: tf.cast(tf.nn.lrn(
-        tf.cast(x, tf.float32), 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75),
-                                           x.dtype), dtype=policy)
+        tf.cast(x, tf.float32), cifar10_lrn.DEPTH_RADIUS,
+        bias=cifar10_lrn.BIAS, alpha=cifar10_lrn.ALPHA,
+        beta=cifar10_lrn.BETA), x.dtype), dtype=policy)
   decay = tf.keras.regularizers.l2(0.004 / 2)
   constant = tf.keras.initializers.Constant
   return tf.keras.Sequential([
@@ -449,42 +446,34 @@ def _print_profile(profile):
                                             op_type))
 
 
-def main(argv=None):  # pylint: disable=unused-argument
+def _check_rows():
+  """Raises cifar10_cli.UsageError for --rows the other flags cannot run."""
   unknown = set(FLAGS.rows) - set(ROWS)
   if unknown:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'Unknown --rows %s; choose from %s.'
         % (','.join(sorted(unknown)), ','.join(ROWS)))
   bf16_rows = {'train_bf16', 'split_bf16'} & set(FLAGS.rows)
   if FLAGS.use_fp16 and bf16_rows:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         '--use_fp16 cannot run the bfloat16 rows (%s): leave them out of '
         '--rows.' % ','.join(sorted(bf16_rows)))
   if 'split_bf16' in FLAGS.rows and FLAGS.batch_size % 2:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'The split_bf16 row splits --batch_size=%d over 2 towers: give an '
         'even --batch_size.' % FLAGS.batch_size)
-  cifar10.maybe_download_and_extract()
-  peak = matmul_peak()
-  flops = train_flops_per_example()
-  print('batch_size %d per tower, warm-up %d steps, %d windows of %d steps'
-        % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
-  print('matmul peak %.1f GFLOP/s (float32 %dx%d); training step %.1f '
-        'MFLOP per example' % (peak, MATMUL_SIZE, MATMUL_SIZE, flops / 1e6))
-  print(_gpus_line())
-  timers = {}
-  for row in FLAGS.rows:
-    print('setting up %s, %d warm-up steps' % (row, FLAGS.warmup))
-    timers[row] = BUILDERS[row][1]()
-    timers[row][0](FLAGS.warmup)
-  rates = {row: [] for row in FLAGS.rows}
-  for window in range(FLAGS.windows):
-    for row in FLAGS.rows:
-      timer, examples_per_step, _ = timers[row]
-      rates[row].append(FLAGS.steps * examples_per_step / timer(FLAGS.steps))
-    print('window %d of %d: %s' % (window + 1, FLAGS.windows, ', '.join(
-        '%s %.1f' % (row, rates[row][-1]) for row in FLAGS.rows)))
-  print()
+
+
+def _print_table(timers, rates, peak, flops):
+  """Prints each row's median rate, spread, GFLOP/s and 100K-step time,
+  then ours / Keras.
+
+  Args:
+    timers: {row: (timer, examples per step, devices)}.
+    rates: {row: examples/sec of each window}.
+    peak: the matmul peak, GFLOP/s.
+    flops: flops of one example's training step.
+  """
   medians = {}
   lines = []
   for row in FLAGS.rows:
@@ -513,9 +502,36 @@ def main(argv=None):  # pylint: disable=unused-argument
       if ours in medians and keras in medians:
         print('%s / %s = %.2fx' % (ours, keras,
                                    medians[ours] / medians[keras]))
+
+
+def main(argv=None):  # pylint: disable=unused-argument
+  _check_rows()
+  cifar10.maybe_download_and_extract()
+  peak = matmul_peak()
+  flops = train_flops_per_example()
+  print('batch_size %d per tower, warm-up %d steps, %d windows of %d steps'
+        % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
+  print('matmul peak %.1f GFLOP/s (float32 %dx%d); training step %.1f '
+        'MFLOP per example' % (peak, MATMUL_SIZE, MATMUL_SIZE, flops / 1e6))
+  print(_gpus_line())
+  timers = {}
+  for row in FLAGS.rows:
+    print('setting up %s, %d warm-up steps' % (row, FLAGS.warmup))
+    timers[row] = BUILDERS[row][1]()
+    timers[row][0](FLAGS.warmup)
+  # The rows take turns, a window each, so that drift slows all alike.
+  rates = {row: [] for row in FLAGS.rows}
+  for window in range(FLAGS.windows):
+    for row in FLAGS.rows:
+      timer, examples_per_step, _ = timers[row]
+      rates[row].append(FLAGS.steps * examples_per_step / timer(FLAGS.steps))
+    print('window %d of %d: %s' % (window + 1, FLAGS.windows, ', '.join(
+        '%s %.1f' % (row, rates[row][-1]) for row in FLAGS.rows)))
+  print()
+  _print_table(timers, rates, peak, flops)
   if FLAGS.profile_steps:
     _print_profile(profile_train(FLAGS.profile_steps))
 
 
 if __name__ == '__main__':
-  cifar10_session.run_main(main)
+  cifar10_cli.run_main(main)

@@ -30,11 +30,10 @@ from __future__ import division
 from __future__ import print_function
 
 import collections
-import contextlib
-import logging
 import os
 import re
 
+import cifar10_cli
 import numpy as np
 import tensorflow as tf
 
@@ -63,7 +62,7 @@ Attributes:
 """
 
 
-class CheckpointError(Exception):
+class CheckpointError(cifar10_cli.Error):
   """A directory holds checkpoints, but none of them can be read."""
 
 
@@ -85,7 +84,7 @@ def _read_index_file(directory):
   if not tf.io.gfile.exists(filename):
     return [], None
   try:
-    with _quiet_tf_logging():  # Its own 'Checkpoint ignored' lines.
+    with cifar10_cli.quiet_tf_logging():  # Its own 'Checkpoint ignored' lines.
       state = tf1.train.get_checkpoint_state(directory)
   except ValueError:
     state = None
@@ -102,19 +101,6 @@ def _read_index_file(directory):
     here = os.path.join(directory, os.path.basename(path))
     found.append(here if _files_of(here) else path)
   return found, None
-
-
-@contextlib.contextmanager
-def _quiet_tf_logging():
-  """Keeps TensorFlow's Python warnings (deprecations, 'Checkpoint
-  ignored') off the console inside the block: ours say what matters."""
-  logger = tf.get_logger()
-  level = logger.level
-  logger.setLevel(logging.ERROR)
-  try:
-    yield
-  finally:
-    logger.setLevel(level)
 
 
 def _files_of(prefix, meta=False):
@@ -232,6 +218,37 @@ def _set_aside(train_dir, paths):
   return aside
 
 
+def notes(latest, then, set_aside=None):
+  """The lines that say what latest_checkpoint() passed over, and why.
+
+  The one wording of these notes, for the trainers, the evaluator and
+  cifar10_predict.py.
+
+  Args:
+    latest: a Latest.
+    then: what the caller does instead, a sentence: 'Evaluating <path>.'
+    set_aside: {path: the directory its files were moved to}, for the
+      index file (INDEX_FILE) and the checkpoints a trainer set aside.
+
+  Returns:
+    A list of lines starting 'Note:'.
+  """
+  set_aside = set_aside or {}
+  lines = []
+  if INDEX_FILE in set_aside:
+    lines.append('Note: %s; moved it to %s/ and went by the checkpoint '
+                 'files.' % (latest.index_problem, set_aside[INDEX_FILE]))
+  elif latest.index_problem and latest.path:
+    lines.append('Note: %s; going by the checkpoint files.'
+                 % latest.index_problem)
+  for path, reason in latest.passed_over:
+    moved = (' Its files are moved to %s/.' % set_aside[path]
+             if path in set_aside else '')
+    lines.append('Note: checkpoint %s is passed over: %s.%s %s'
+                 % (path, reason, moved, then))
+  return lines
+
+
 def prepare_resume(train_dir, report=print):
   """Makes the newest readable checkpoint the one a trainer resumes from.
 
@@ -251,19 +268,18 @@ def prepare_resume(train_dir, report=print):
     CheckpointError: train_dir holds checkpoints, none of them readable.
   """
   latest = latest_checkpoint(train_dir)
+  set_aside = {}
   if latest.index_problem:
-    aside = _set_aside(train_dir, [os.path.join(train_dir, INDEX_FILE)])
-    report('Note: %s; moved it to %s/ and went by the checkpoint files.'
-           % (latest.index_problem, aside))
-  for path, reason in latest.passed_over:
+    set_aside[INDEX_FILE] = _set_aside(
+        train_dir, [os.path.join(train_dir, INDEX_FILE)])
+  for path, _ in latest.passed_over:
     files = _files_of(path, meta=True)
     if files and (os.path.normpath(os.path.dirname(path)) ==
                   os.path.normpath(train_dir)):
-      moved = ' Its files are moved to %s/.' % _set_aside(train_dir, files)
-    else:
-      moved = ''
-    report('Note: checkpoint %s is passed over: %s.%s Training resumes from '
-           '%s.' % (path, reason, moved, latest.path))
+      set_aside[path] = _set_aside(train_dir, files)
+  for line in notes(latest, 'Training resumes from %s.' % latest.path,
+                    set_aside):
+    report(line)
   if latest.path is None:
     return None
   write_index(train_dir, latest.path)
@@ -291,7 +307,7 @@ def write_index(train_dir, path):
           ['model_checkpoint_path: "%s"' % paths[-1]] +
           ['all_model_checkpoint_paths: "%s"' % p for p in paths]):
         return
-  with _quiet_tf_logging():  # update_checkpoint_state is deprecated.
+  with cifar10_cli.quiet_tf_logging():  # update_checkpoint_state is deprecated.
     # Relative paths under an absolute train_dir are written as they are.
     tf1.train.update_checkpoint_state(
         os.path.abspath(train_dir), paths[-1],

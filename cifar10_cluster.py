@@ -31,7 +31,9 @@ import json
 import os
 import socket
 
-import cifar10_session
+import cifar10_cli
+import cifar10_devices
+import cifar10_replicated
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -48,10 +50,6 @@ GROUP_LEADER = '/job:worker/replica:0/task:0'
 
 # Seconds to wait for a peer's port to answer, when looking for the dead.
 CONNECT_SECS = 2
-
-# How the workers share the variables: the two values of --variable_update.
-PARAMETER_SERVER = 'parameter_server'
-ALL_REDUCE = 'replicated'
 
 
 class Task(collections.namedtuple(
@@ -92,13 +90,14 @@ class Task(collections.namedtuple(
     return ('%s of a cluster of %d worker(s) and %d ps task(s), from %s; %s.'
             % (self.name.capitalize(), len(self.worker_hosts),
                len(self.ps_hosts), self.source,
-               'the ps tasks hold the variables' if mode == PARAMETER_SERVER
+               'the ps tasks hold the variables'
+               if mode == cifar10_replicated.PARAMETER_SERVER
                else 'every worker holds the variables, gradients are '
                'all-reduced between workers'))
 
 
 def _tf_config_error(what):
-  return cifar10_session.UsageError(
+  return cifar10_cli.UsageError(
       'TF_CONFIG %s. It should read like {"cluster": {"chief": ["host:port"], '
       '"worker": [...], "ps": [...]}, "task": {"type": "worker", "index": '
       '0}}.' % what)
@@ -133,7 +132,7 @@ def parse_tf_config(text):
     worker 0.
 
   Raises:
-    cifar10_session.UsageError: malformed or inconsistent, in one line.
+    cifar10_cli.UsageError: malformed or inconsistent, in one line.
   """
   try:
     config = json.loads(text)
@@ -187,7 +186,7 @@ def from_flags_or_tf_config():
     A Task.
 
   Raises:
-    cifar10_session.UsageError: no cluster, or a task not in it.
+    cifar10_cli.UsageError: no cluster, or a task not in it.
   """
   if FLAGS.ps_hosts or FLAGS.worker_hosts:
     ps, workers = list(FLAGS.ps_hosts), list(FLAGS.worker_hosts)
@@ -203,41 +202,44 @@ def from_flags_or_tf_config():
                     else task_index)
       source = 'TF_CONFIG, the task from the command line'
   else:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'Give the cluster: --worker_hosts=host:port,... (and '
         '--ps_hosts=host:port,... for parameter servers), or set TF_CONFIG.')
   if job_name is None:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'Give this task\'s job: --job_name=ps or --job_name=worker.')
   if not workers:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'Give the workers: --worker_hosts=host:port,...')
   hosts = ps if job_name == 'ps' else workers
   if task_index >= len(hosts):
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         '--task_index=%d, but --%s_hosts lists %d task(s).'
         % (task_index, job_name, len(hosts)))
   return Task(ps, workers, job_name, task_index, source)
 
 
 def mode_of(task):
-  """How the workers share the variables: PARAMETER_SERVER or ALL_REDUCE.
+  """How the workers share the variables: PARAMETER_SERVER or REPLICATED
+  (all-reduce), the values of --variable_update (cifar10_replicated.py).
 
   An explicit --variable_update must fit the cluster; without one, the
   cluster decides: ps tasks, parameter-server mode; none, all-reduce.
 
   Raises:
-    cifar10_session.UsageError: --variable_update does not fit the cluster.
+    cifar10_cli.UsageError: --variable_update does not fit the cluster.
   """
   if not FLAGS['variable_update'].present:
-    return PARAMETER_SERVER if task.ps_hosts else ALL_REDUCE
-  if FLAGS.variable_update == ALL_REDUCE and task.ps_hosts:
-    raise cifar10_session.UsageError(
+    return (cifar10_replicated.PARAMETER_SERVER if task.ps_hosts
+            else cifar10_replicated.REPLICATED)
+  if FLAGS.variable_update == cifar10_replicated.REPLICATED and task.ps_hosts:
+    raise cifar10_cli.UsageError(
         '--variable_update=replicated keeps the variables on the workers and '
         'all-reduces between them: give no ps tasks (%d are given, from %s).'
         % (len(task.ps_hosts), task.source))
-  if FLAGS.variable_update == PARAMETER_SERVER and not task.ps_hosts:
-    raise cifar10_session.UsageError(
+  if (FLAGS.variable_update == cifar10_replicated.PARAMETER_SERVER and
+      not task.ps_hosts):
+    raise cifar10_cli.UsageError(
         '--variable_update=parameter_server needs ps tasks: give '
         '--ps_hosts, or use --variable_update=replicated to all-reduce '
         'between the workers.')
@@ -277,18 +279,18 @@ def server_config(task, mode, config):
 
   Args:
     task: the Task.
-    mode: PARAMETER_SERVER or ALL_REDUCE.
+    mode: PARAMETER_SERVER or REPLICATED (see mode_of).
     config: the worker's ConfigProto (its tower devices); ignored for ps.
 
   Returns:
     A tf.compat.v1.ConfigProto.
   """
   if task.job_name == 'ps':
-    config = cifar10_session.session_config()
+    config = cifar10_devices.session_config()
     config.device_count['GPU'] = 0
     return config
   config = _copy(config)
-  if mode == ALL_REDUCE:
+  if mode == cifar10_replicated.REPLICATED:
     config.experimental.collective_group_leader = GROUP_LEADER
     if config.device_count.get('GPU', 1):
       config.experimental.collective_nccl = True
@@ -301,7 +303,8 @@ def session_config(task, mode, config):
   config = server_config(task, mode, config)
   own = '/job:worker/task:%d' % task.task_index
   config.device_filters.extend(
-      ['/job:ps', own] if mode == PARAMETER_SERVER else [own])
+      ['/job:ps', own] if mode == cifar10_replicated.PARAMETER_SERVER
+      else [own])
   return config
 
 
@@ -318,36 +321,17 @@ def start_server(task, config):
     The tf.distribute.Server.
 
   Raises:
-    cifar10_session.UsageError: its port is taken.
+    cifar10_cli.UsageError: its port is taken.
   """
   try:
     return tf1.train.Server(task.cluster_spec(), job_name=task.job_name,
                             task_index=task.task_index, config=config)
   except (tf.errors.OpError, ValueError) as e:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'Cannot start the %s task %d server at %s: %s. Is the port in use?'
         % (task.job_name, task.task_index,
            task.address(task.job_name, task.task_index),
            str(e).splitlines()[0]))
-
-
-def free_local_ports(n):
-  """n distinct free TCP ports on 127.0.0.1, for a cluster on one machine
-  (docs/cluster_speed.py, the tests).
-
-  Args:
-    n: how many ports.
-
-  Returns:
-    A list of n port numbers.
-  """
-  sockets = [socket.socket() for _ in range(n)]
-  for s in sockets:
-    s.bind(('127.0.0.1', 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 def unanswered_peers(task):

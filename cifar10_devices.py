@@ -1,9 +1,12 @@
-"""What the machine's devices can run: bfloat16 fast, channels-first at all.
+"""The machine's devices: where the towers go, and what the devices can run.
 
-cifar10.py asks before it builds the model: precision_notice() says when
---use_fp16 or --use_bf16 will be slow here (a CPU without bfloat16 units,
-a GPU older than Ampere), and nchw_runs_here() whether --data_format=NCHW
-can run (GPUs, or TensorFlow's oneDNN on the CPU).
+tower_devices() chooses a device for each tower of the multi-GPU and
+distributed trainers: a GPU each, virtual GPUs split from GPU 0
+(--virtual_gpus), or the CPU. session_config() is the ConfigProto every
+script's sessions start from. precision_notice() says when --use_fp16 or
+--use_bf16 will be slow here (a CPU without bfloat16 units, a GPU older
+than Ampere), and nchw_runs_here() whether --data_format=NCHW can run
+(GPUs, or TensorFlow's oneDNN on the CPU).
 """
 
 from __future__ import absolute_import
@@ -13,28 +16,90 @@ from __future__ import print_function
 import functools
 import os
 
+import cifar10_cli
 import tensorflow as tf
 
 tf1 = tf.compat.v1
+FLAGS = tf1.flags.FLAGS
 
 # GPUs from this compute capability on have bfloat16 tensor cores (Ampere).
 BF16_GPU_CAPABILITY = (8, 0)
 
 
-def _gpus_without_bf16():
-  """The visible GPUs of compute capability below BF16_GPU_CAPABILITY.
+def session_config():
+  """The ConfigProto of every script's sessions.
+
+  Soft placement; GPU memory taken as it is needed rather than all of it
+  up front, so that a trainer, the evaluator and cifar10_predict.py share
+  a GPU; device placement logged with --log_device_placement (trainers).
+  """
+  config = tf1.ConfigProto(
+      allow_soft_placement=True,
+      log_device_placement=('log_device_placement' in FLAGS and
+                            FLAGS.log_device_placement))
+  config.gpu_options.allow_growth = True
+  return config
+
+
+def tower_devices(num_towers, virtual=False):
+  """Chooses a device for each tower.
+
+  One GPU per tower where there are enough GPUs. With fewer GPUs and
+  virtual, GPU 0 is split into num_towers virtual GPUs, each with an equal
+  share of its memory; without a GPU, virtual gives tower i its own
+  virtual CPU device /cpu:i, and otherwise all towers share /cpu:0.
+
+  Args:
+    num_towers: number of towers (--num_gpus).
+    virtual: --virtual_gpus: split a device when there are too few.
 
   Returns:
-    A list of 'GPU:i (name, compute capability x.y)' strings.
+    devices: list of num_towers device names.
+    config: the tf.compat.v1.ConfigProto for the session, which makes them.
+
+  Raises:
+    cifar10_cli.UsageError: more towers than GPUs, and not virtual.
   """
-  slow = []
+  config = session_config()
+  num_visible = len(tf.config.list_physical_devices('GPU'))
+  devices = ['/gpu:%d' % i for i in range(num_towers)]
+  if num_visible >= num_towers:
+    return devices, config
+  if num_visible and virtual:
+    config.gpu_options.visible_device_list = '0'
+    config.gpu_options.experimental.num_virtual_devices_per_gpu = num_towers
+    print('--virtual_gpus: %d GPU(s) visible, so GPU 0 is split into %d '
+          'virtual GPUs, /gpu:0 to /gpu:%d, each with 1/%d of its memory.'
+          % (num_visible, num_towers, num_towers - 1, num_towers))
+    return devices, config
+  if num_visible:
+    raise cifar10_cli.UsageError(
+        '--num_gpus=%d, but only %d GPU(s) are visible. Use --num_gpus=%d '
+        'or less, or add --virtual_gpus to split GPU 0 into %d virtual '
+        'GPUs.' % (num_towers, num_visible, num_visible, num_towers))
+  config.device_count['GPU'] = 0
+  if virtual:
+    config.device_count['CPU'] = num_towers
+    print('No GPU found: running the %d tower(s) on the CPU, tower i on '
+          'virtual CPU device /cpu:i (they share its cores).' % num_towers)
+    return ['/cpu:%d' % i for i in range(num_towers)], config
+  print('No GPU found: running the %d tower(s) on the CPU.' % num_towers)
+  return ['/cpu:0'] * num_towers, config
+
+
+def describe_gpus():
+  """Each visible GPU, named, with its compute capability.
+
+  Returns:
+    A list of ('GPU:i (name, compute capability x.y)', (x, y)).
+  """
+  described = []
   for i, gpu in enumerate(tf.config.list_physical_devices('GPU')):
     details = tf.config.experimental.get_device_details(gpu)
     capability = tuple(details.get('compute_capability') or (0, 0))
-    if capability < BF16_GPU_CAPABILITY:
-      slow.append('GPU:%d (%s, compute capability %d.%d)' % (
-          (i, details.get('device_name', 'unknown')) + capability))
-  return slow
+    described.append(('GPU:%d (%s, compute capability %d.%d)' % (
+        (i, details.get('device_name', 'unknown')) + capability), capability))
+  return described
 
 
 def _cpu_has_bf16_units():
@@ -66,7 +131,8 @@ def precision_notice(use_fp16, use_bf16):
     return ('Note: --use_bf16 on a machine with neither bfloat16 CPU units '
             '(avx512_bf16, amx_bf16) nor a GPU: it will run slower than '
             'float32.')
-  slow = _gpus_without_bf16() if gpus else []
+  slow = [gpu for gpu, capability in describe_gpus()
+          if capability < BF16_GPU_CAPABILITY]
   if slow:
     return ('Note: --use_bf16 on %s: GPUs before compute capability %d.%d '
             'have no bfloat16 tensor cores, so it will run slower than '

@@ -52,9 +52,13 @@ import threading
 import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_cli
 import cifar10_cluster
-import cifar10_session
+import cifar10_devices
+import cifar10_distributed_session
 import cifar10_multi_gpu_train as multi
+import cifar10_replicated
+import cifar10_session
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -197,6 +201,33 @@ def _wait_for_chief(server, task, config):
       time.sleep(POLL_SECS)
 
 
+class SyncReplicas(object):
+  """One update from a gradient of every worker (--sync_replicas).
+
+  TensorFlow's SyncReplicasOptimizer gathers the workers' gradients on the
+  ps tasks, applies their mean once all have come, and then, on the chief,
+  the moving averages of the variables.
+
+  Attributes:
+    optimizer: the SyncReplicasOptimizer, once apply_gradients has run.
+  """
+
+  def __init__(self, num_workers):
+    self._num_workers = num_workers
+    self.optimizer = None
+
+  def apply_gradients(self, opt, grads, global_step):
+    """cifar10_multi_gpu_train.build_train_op's apply_gradients."""
+    self.optimizer = tf1.train.SyncReplicasOptimizer(
+        opt, replicas_to_aggregate=self._num_workers,
+        total_num_replicas=self._num_workers,
+        variable_averages=cifar10.variable_averages(global_step),
+        variables_to_average=tf1.trainable_variables())
+    train_op = self.optimizer.apply_gradients(grads, global_step=global_step)
+    cifar10.variable_summaries(grads)
+    return train_op
+
+
 def build_worker_graph(task, local_devices, batches=None):
   """Builds a worker's graph for parameter-server mode, in the default graph.
 
@@ -206,17 +237,11 @@ def build_worker_graph(task, local_devices, batches=None):
     batches: list of (images, labels) per tower; None: the input pipeline.
 
   Returns:
-    A cifar10_multi_gpu_train.TrainGraph.
+    (train_op, loss, scaffold, the SyncReplicas or None).
   """
   num_workers = len(task.worker_hosts)
   worker = '/job:worker/task:%d' % task.task_index
-
-  def sync_optimizer(opt, moving_averages):
-    return tf1.train.SyncReplicasOptimizer(
-        opt, replicas_to_aggregate=num_workers,
-        total_num_replicas=num_workers, variable_averages=moving_averages,
-        variables_to_average=tf1.trainable_variables())
-
+  sync = SyncReplicas(num_workers) if FLAGS.sync_replicas else None
   # Variables round-robin on the ps tasks' CPUs; everything else on this
   # worker, the towers on its local_devices (no job in them, or the
   # variables, pinned to '/cpu:0', would stay on the worker).
@@ -228,8 +253,9 @@ def build_worker_graph(task, local_devices, batches=None):
     return multi.build_train_op(
         batches, local_devices,
         # One synchronous step takes a batch from every worker.
-        num_workers=num_workers if FLAGS.sync_replicas else 1,
-        sync_optimizer=sync_optimizer if FLAGS.sync_replicas else None)
+        num_workers=num_workers if sync else 1,
+        apply_gradients=(sync.apply_gradients if sync
+                         else cifar10.apply_gradients)) + (sync,)
 
 
 def _on_worker(task, device):
@@ -281,21 +307,26 @@ def build_allreduce_graph(task, local_devices, batches=None):
     batches: list of (images, labels) per tower; None: the input pipeline.
 
   Returns:
-    A cifar10_multi_gpu_train.TrainGraph.
+    (train_op, loss, scaffold).
   """
   with tf.device(_on_worker(task, '/cpu:0')):
     if batches is None:
       batches = cifar10.distorted_batches(FLAGS.num_gpus)
-    return multi.build_train_op(
-        batches, [_on_worker(task, d) for d in local_devices], 'replicated',
-        num_workers=len(task.worker_hosts),
+    return cifar10_replicated.build_train_op(
+        batches, [_on_worker(task, d) for d in local_devices],
+        multi.tower_loss, num_workers=len(task.worker_hosts),
         broadcast=lambda variables: broadcast_from_chief(task, variables),
         timeout_secs=FLAGS.peer_timeout_secs)
 
 
-def _ps_mode_hooks(task, graph):
+def _ps_mode_hooks(task, sync):
   """The parameter-server mode's hooks: the stall report, and with
-  --sync_replicas the optimizer's (it also readies the queues)."""
+  --sync_replicas the optimizer's (it also readies the queues).
+
+  Args:
+    task: the worker's cifar10_cluster.Task.
+    sync: the graph's SyncReplicas, or None.
+  """
   num_workers = len(task.worker_hosts)
   hooks = [StallReportHook(
       FLAGS.stall_report_secs,
@@ -303,90 +334,69 @@ def _ps_mode_hooks(task, graph):
       'needs all %d workers: start or restart the missing one with its '
       'same flags.' % (task.task_index, FLAGS.stall_report_secs,
                        num_workers))]
-  if FLAGS.sync_replicas:
+  if sync:
     # The optimizer's queue runner waits for the next step's gradients
     # when training ends; closing the session cancels it, which is how it
     # ends, not an error to print.
-    cifar10_session.quiet_thread_errors(
+    cifar10_cli.quiet_thread_errors(
         lambda args: issubclass(args.exc_type, tf.errors.CancelledError))
     # No tokens to start with: each worker gives one gradient to each
     # update, then waits for the next (the chief could use spare tokens to
     # give two).
-    hooks.append(graph.optimizer.make_session_run_hook(task.is_chief,
-                                                       num_tokens=0))
+    hooks.append(sync.optimizer.make_session_run_hook(task.is_chief,
+                                                      num_tokens=0))
     # The session checks this; a run already at --max_steps starts none.
-    graph.optimizer.ready_for_local_init_op.mark_used()
+    sync.optimizer.ready_for_local_init_op.mark_used()
   return hooks
 
 
 def train(server, task, mode, local_devices, config, make_batches=None,
-          init_fn=None, hooks=()):
+          hooks=()):
   """Trains as this worker until the global step reaches --max_steps.
 
   Args:
     server: this worker's tf.distribute.Server.
     task: the worker's cifar10_cluster.Task; worker 0 is the chief.
-    mode: cifar10_cluster.PARAMETER_SERVER or ALL_REDUCE.
+    mode: --variable_update as the cluster has it: PARAMETER_SERVER or
+      REPLICATED (of cifar10_replicated), all-reduce between workers.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
-    config: the worker's tower ConfigProto (multi.tower_devices).
+    config: the worker's tower ConfigProto (cifar10_devices.tower_devices).
     make_batches: None for the input pipeline, or a function returning
       the list of (images, labels) per tower (tests).
-    init_fn: None, or a function(scaffold, session) the chief runs after
-      initializing the variables (tests).
     hooks: more SessionRunHooks (tests).
 
   Returns:
     The number of steps this worker ran.
 
   Raises:
-    cifar10_session.UsageError: all-reduce, and a peer is gone.
+    cifar10_cli.UsageError: all-reduce, and a peer is gone.
   """
+  all_reduce = mode == cifar10_replicated.REPLICATED
+  role = cifar10_distributed_session.WorkerRole(server.target, task.is_chief,
+                                                own_variables=all_reduce)
   config = cifar10_cluster.session_config(task, mode, config)
+  hooks = list(hooks) + role.hooks()
   with tf.Graph().as_default():
     batches = make_batches() if make_batches else None
-    if mode == cifar10_cluster.PARAMETER_SERVER:
-      graph = build_worker_graph(task, local_devices, batches)
-      hooks = list(hooks) + _ps_mode_hooks(task, graph)
+    if all_reduce:
+      train_op, loss, scaffold = build_allreduce_graph(task, local_devices,
+                                                       batches)
+    else:
+      train_op, loss, scaffold, sync = build_worker_graph(task, local_devices,
+                                                          batches)
+      hooks += _ps_mode_hooks(task, sync)
       if not task.is_chief:
         _wait_for_chief(server, task, config)
-    else:
-      graph = build_allreduce_graph(task, local_devices, batches)
     try:
       return cifar10_session.run_training(
-          graph.train_op, graph.loss,
-          examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-          num_towers=FLAGS.num_gpus, config=config,
-          scaffold=tf1.train.Scaffold(summary_op=graph.summary_op,
-                                      local_init_op=graph.local_init_op,
-                                      init_fn=init_fn),
-          master=server.target, is_chief=task.is_chief,
-          own_variables=mode == cifar10_cluster.ALL_REDUCE, hooks=hooks,
-          log_prefix='Worker %d: ' % task.task_index)
-    except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError,
-            tf.errors.AbortedError, cifar10_session.PeerGoneError):
-      if mode != cifar10_cluster.ALL_REDUCE:
+          train_op, loss, examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+          num_towers=FLAGS.num_gpus, config=config, scaffold=scaffold,
+          hooks=hooks, log_prefix='Worker %d: ' % task.task_index, role=role)
+    except cifar10_distributed_session.PEER_ERRORS + (
+        cifar10_distributed_session.PeerGoneError,):
+      if not all_reduce:
         raise
-      raise cifar10_session.UsageError(_peer_gone(task))
-
-
-def _peer_gone(task):
-  """The line for a worker whose all-reduce or broadcast a peer left."""
-  gone = cifar10_cluster.unanswered_peers(task)
-  if gone:
-    waited_for = ('%s after at most %d s: it does not answer (stopped, or '
-                  'never started)' % (' and '.join(gone),
-                                      FLAGS.peer_timeout_secs))
-  else:
-    waited_for = ('a peer after at most %d s: %s answer%s but did not take '
-                  'part (hung?)' % (
-                      FLAGS.peer_timeout_secs, ' and '.join(
-                          'worker %d (%s)' % (i, address)
-                          for i, address in enumerate(task.worker_hosts)
-                          if i != task.task_index),
-                      '' if len(task.worker_hosts) > 2 else 's'))
-  return ('Worker %d: gave up waiting for %s. Restart the whole cluster: it '
-          'resumes from the chief\'s latest checkpoint in its --train_dir.'
-          % (task.task_index, waited_for))
+      raise cifar10_distributed_session.peer_gone_error(task)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
@@ -400,8 +410,9 @@ def main(argv=None):  # pylint: disable=unused-argument
     serve_ps(server, task.task_index, num_workers)
     return
   cifar10.maybe_download_and_extract()
-  local_devices, config = multi.tower_devices(
-      FLAGS.num_gpus, FLAGS.virtual_gpus or mode == cifar10_cluster.ALL_REDUCE)
+  local_devices, config = cifar10_devices.tower_devices(
+      FLAGS.num_gpus,
+      FLAGS.virtual_gpus or mode == cifar10_replicated.REPLICATED)
   gpus = cifar10_cluster.local_gpus(
       task, FLAGS.num_gpus, len(tf.config.list_physical_devices('GPU')))
   if gpus:
@@ -413,11 +424,11 @@ def main(argv=None):  # pylint: disable=unused-argument
   try:
     steps = train(server, task, mode, local_devices, config)
   finally:
-    if mode == cifar10_cluster.PARAMETER_SERVER:
+    if mode == cifar10_replicated.PARAMETER_SERVER:
       _signal_done(server, len(task.ps_hosts), num_workers)
   print('Worker %d: done after %d steps of its own (%d examples).'
         % (task.task_index, steps, steps * FLAGS.batch_size * FLAGS.num_gpus))
 
 
 if __name__ == '__main__':
-  cifar10_session.run_main(main)
+  cifar10_cli.run_main(main)

@@ -25,7 +25,8 @@ import time
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
 import cifar10_checkpoint
-import cifar10_session
+import cifar10_cli
+import cifar10_devices
 import numpy as np
 import tensorflow as tf
 
@@ -56,7 +57,7 @@ PRECISION_TAG = 'Precision @ 1'
 
 def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
               global_step):
-  """Run Eval once.
+  """Evaluates one checkpoint: restores it, counts, prints, summarizes.
 
   Args:
     saver: Saver.
@@ -69,20 +70,20 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
   Returns:
     The precision @ 1.
   """
-  with tf1.Session(config=cifar10_session.session_config()) as sess:
-    # Restores from checkpoint
+  with tf1.Session(config=cifar10_devices.session_config()) as sess:
+    # The checkpoint's weights into the model.
     saver.restore(sess, checkpoint_path)
 
     # Count exactly num_examples: the last batch may run past them.
     num_iter = int(math.ceil(FLAGS.num_examples / FLAGS.batch_size))
-    true_count = 0  # Counts the number of correct predictions.
+    true_count = 0  # Correct predictions so far.
     remaining = FLAGS.num_examples
     for _ in range(num_iter):
       predictions = sess.run(top_k_op)
       true_count += int(np.sum(predictions[:remaining]))
       remaining -= FLAGS.batch_size
 
-    # Compute precision @ 1.
+    # The fraction of them that the model got right.
     precision = true_count / FLAGS.num_examples
     print('%s: precision @ 1 = %.3f%s' % (
         datetime.datetime.now(), precision,
@@ -135,7 +136,7 @@ def check_checkpoint(checkpoint_path, var_list):
     The global step the checkpoint was saved at.
 
   Raises:
-    cifar10_session.UsageError: a variable is missing, or has another
+    cifar10_cli.UsageError: a variable is missing, or has another
       shape.
     tf.errors.NotFoundError: the checkpoint is gone.
   """
@@ -143,7 +144,7 @@ def check_checkpoint(checkpoint_path, var_list):
   shapes = reader.get_variable_to_shape_map()
   for name, var in sorted(var_list.items()):
     if shapes.get(name) != var.shape.as_list():
-      raise cifar10_session.UsageError(
+      raise cifar10_cli.UsageError(
           'Checkpoint %s is not this model\'s: %s. Point --checkpoint_dir at '
           'a --train_dir of this project\'s trainers.'
           % (checkpoint_path,
@@ -162,36 +163,36 @@ def correct_predictions(eval_data):
   Returns:
     A bool [batch_size] tensor, True where the prediction is right.
   """
-  # Get images and labels for CIFAR-10.
+  # Central crops of the evaluation images, in file order, and labels.
   images, labels = cifar10.inputs(eval_data=eval_data)
 
-  # Build a Graph that computes the logits predictions from the
-  # inference model.
+  # The model's logits for them.
   logits = cifar10.inference(images)
 
-  # Calculate predictions (in float32, which in_top_k needs).
+  # Whether the top class is the label (in float32, which in_top_k needs).
   return tf1.nn.in_top_k(tf.cast(logits, tf.float32), labels, 1)
 
 
 def evaluate():
-  """Eval CIFAR-10 for a number of steps."""
+  """Evaluates the latest checkpoint, once or each new one as it comes."""
   eval_data = FLAGS.eval_data == 'test'
   available = (cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL if eval_data
                else cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)
   if FLAGS.num_examples > available:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         '--num_examples=%d is more than the %d examples of --eval_data=%s.'
         % (FLAGS.num_examples, available, FLAGS.eval_data))
   with tf.Graph().as_default() as g:
-    # Get images and labels for CIFAR-10.
+    # The model on the evaluation batches, and its correct predictions.
     top_k_op = correct_predictions(eval_data)
 
-    # Restore the moving average version of the learned variables for eval
-    # (or, with --raw_weights, the learned variables themselves).
+    # The model's variables take the moving averages of the trained ones
+    # (or, with --raw_weights, the trained values themselves).
     variables_to_restore = weights_to_restore(FLAGS.raw_weights)
     saver = tf1.train.Saver(variables_to_restore)
 
-    # Build the summary operation based on the TF collection of Summaries.
+    # The model's summaries (the images, the activations), with each
+    # precision.
     summary_op = tf1.summary.merge_all()
 
     summary_writer = tf1.summary.FileWriter(FLAGS.eval_dir, g)
@@ -209,7 +210,7 @@ def evaluate():
         except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
           # The saver may delete an old checkpoint while we read it.
           if FLAGS.run_once:
-            raise cifar10_session.UsageError('Cannot read checkpoint %s: %s'
+            raise cifar10_cli.UsageError('Cannot read checkpoint %s: %s'
                                              % (checkpoint_path, e.message))
           print('%s: Checkpoint %s is gone or incomplete; trying again in '
                 '%d s.' % (datetime.datetime.now(), checkpoint_path,
@@ -237,7 +238,7 @@ def _latest_checkpoint():
   evaluator waits, as the trainer may write one.
 
   Raises:
-    cifar10_session.UsageError: --run_once, and no checkpoint.
+    cifar10_cli.UsageError: --run_once, and no checkpoint.
     cifar10_checkpoint.CheckpointError: --run_once, and no checkpoint is
       readable.
   """
@@ -250,16 +251,12 @@ def _latest_checkpoint():
     return None
   if latest.path is None:
     if FLAGS.run_once:
-      raise cifar10_session.UsageError('No checkpoint file found in %s.'
+      raise cifar10_cli.UsageError('No checkpoint file found in %s.'
                                        % FLAGS.checkpoint_dir)
     print('%s: No checkpoint file found in %s; waiting.'
           % (datetime.datetime.now(), FLAGS.checkpoint_dir))
-  if latest.index_problem and latest.path:
-    _say_once('%s; going by the checkpoint files.'
-              % latest.index_problem)
-  for path, reason in latest.passed_over:
-    _say_once('Checkpoint %s is passed over: %s. Evaluating %s.'
-              % (path, reason, latest.path))
+  for line in cifar10_checkpoint.notes(latest, 'Evaluating %s.' % latest.path):
+    _say_once(line)
   return latest.path
 
 
@@ -269,4 +266,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10_session.run_main(main)
+  cifar10_cli.run_main(main)

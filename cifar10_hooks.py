@@ -1,8 +1,7 @@
 """The hooks the trainers' sessions run at every step.
 
 The tutorial's step line (LoggerHook), the stop on a NaN loss
-(NanLossHook), a clean stop on Ctrl-C or SIGTERM (StopOnSignalHook) and
-the stop of a session that starts at --max_steps (StopIfReachedHook).
+(NanLossHook) and a clean stop on Ctrl-C or SIGTERM (StopOnSignalHook).
 cifar10_session.run_training adds them to its training session:
 
   hooks = [NanLossHook(loss), StopOnSignalHook(),
@@ -23,7 +22,6 @@ import time
 import tensorflow as tf
 
 tf1 = tf.compat.v1
-FLAGS = tf1.flags.FLAGS
 
 
 class NanLossError(Exception):
@@ -46,16 +44,6 @@ class _StepCounter(tf1.train.SessionRunHook):
 
   def after_run(self, run_context, run_values):
     self.step += 1
-
-
-class StopIfReachedHook(_StepCounter):
-  """Stops a session that starts at --max_steps or past it before its first
-  step (a worker that learns the step only in the session)."""
-
-  def after_create_session(self, session, coord):
-    super(StopIfReachedHook, self).after_create_session(session, coord)
-    if self.step >= FLAGS.max_steps:
-      coord.request_stop()
 
 
 class NanLossHook(_StepCounter):

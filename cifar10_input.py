@@ -28,6 +28,7 @@ import sys
 import tarfile
 import tempfile
 
+import cifar10_cli
 import numpy as np
 from six.moves import urllib
 import tensorflow as tf
@@ -72,7 +73,7 @@ DATA_MEGABYTES = 360
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-class DataError(Exception):
+class DataError(cifar10_cli.Error):
   """The data cannot be had: a failed download, a missing or bad file."""
 
 

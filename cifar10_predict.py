@@ -38,9 +38,11 @@ import tempfile
 from absl.testing import flagsaver
 import cifar10  # First: it quiets TensorFlow's start-up logging.
 import cifar10_checkpoint
+import cifar10_cli
+import cifar10_devices
 import cifar10_eval
 import cifar10_input
-import cifar10_session
+import cifar10_options
 import numpy as np
 import tensorflow as tf
 
@@ -113,9 +115,11 @@ class Classifier(object):
     with self.graph.as_default(), flagsaver.flagsaver(
         **(PORTABLE if portable else {})):
       self.images = tf1.placeholder(tf.string, [None], name='images')
-      logits = tf.cast(
-          cifar10.inference(cifar10.image_file_inputs(self.images)),
-          tf.float32)
+      # Each file decoded and prepared as the evaluator's test images.
+      images = tf.map_fn(cifar10_input.image_from_file, self.images,
+                         fn_output_signature=tf.float32)
+      logits = tf.cast(cifar10.inference(
+          tf.cast(images, cifar10_options.compute_dtype())), tf.float32)
       classes = tf.argmax(logits, axis=1, name='classes')
       self.outputs = {
           'probabilities': tf.nn.softmax(logits, name='probabilities'),
@@ -125,7 +129,7 @@ class Classifier(object):
       }
       variables = cifar10_eval.moving_average_variables()
       cifar10_eval.check_checkpoint(checkpoint_path, variables)
-      self.session = tf1.Session(config=cifar10_session.session_config())
+      self.session = tf1.Session(config=cifar10_devices.session_config())
       tf1.train.Saver(variables).restore(self.session, checkpoint_path)
 
   def probabilities(self, contents):
@@ -142,21 +146,18 @@ class Classifier(object):
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix='.export-', dir=parent)
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel('ERROR')  # TF2's notes that these are TF1 APIs.
     try:
-      builder = tf1.saved_model.Builder(os.path.join(staging, 'model'))
-      with self.graph.as_default():
+      # Without TF2's notes that these are TF1 APIs.
+      with cifar10_cli.quiet_tf_logging(), self.graph.as_default():
+        builder = tf1.saved_model.Builder(os.path.join(staging, 'model'))
         signature = tf1.saved_model.predict_signature_def(
             inputs={'images': self.images}, outputs=self.outputs)
         builder.add_meta_graph_and_variables(
             self.session, [tf1.saved_model.SERVING], strip_default_attrs=True,
             signature_def_map={'serving_default': signature})
-      builder.save()
+        builder.save()
       os.rename(os.path.join(staging, 'model'), export_dir)
     finally:
-      logger.setLevel(level)
       shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -215,23 +216,19 @@ def classify(classifier, paths):
 def main(argv):
   paths, errors = image_paths(argv[1:])
   if not paths and not FLAGS.export_dir:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'Give image files or directories to classify, or --export_dir.%s'
         % (' ' + ' '.join(errors) if errors else ''))
   if FLAGS.export_dir and tf.io.gfile.exists(FLAGS.export_dir):
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         '--export_dir=%s exists: give a new directory for the SavedModel.'
         % FLAGS.export_dir)
   latest = cifar10_checkpoint.latest_checkpoint(FLAGS.checkpoint_dir)
-  if latest.index_problem and latest.path:
-    sys.stderr.write('Note: %s; going by the checkpoint files.\n'
-                     % latest.index_problem)
-  for path, reason in latest.passed_over:
-    sys.stderr.write('Note: checkpoint %s is passed over: %s. Using %s.\n'
-                     % (path, reason, latest.path))
+  for line in cifar10_checkpoint.notes(latest, 'Using %s.' % latest.path):
+    sys.stderr.write(line + '\n')
   checkpoint_path = latest.path
   if checkpoint_path is None:
-    raise cifar10_session.UsageError(
+    raise cifar10_cli.UsageError(
         'No checkpoint file found in %s. Train first (cifar10_train.py) or '
         'give --checkpoint_dir.' % FLAGS.checkpoint_dir)
   for error in errors:
@@ -247,4 +244,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cifar10_session.run_main(main, takes_arguments=True)
+  cifar10_cli.run_main(main, takes_arguments=True)

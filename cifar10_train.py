@@ -21,6 +21,8 @@ from __future__ import division
 from __future__ import print_function
 
 import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_cli
+import cifar10_devices
 import cifar10_session
 import tensorflow as tf
 
@@ -41,32 +43,30 @@ def build_train_op():
   with tf.device('/cpu:0'):
     global_step = tf.compat.v1.train.get_or_create_global_step()
 
-  # Get images and labels for CIFAR-10.
-  # Force input pipeline to CPU:0 to avoid operations sometimes ending up on
-  # GPU and resulting in a slow down.
+  # A batch of distorted training images and their labels. The input
+  # pipeline stays on the CPU, leaving the GPU to the model: the tutorial
+  # went from about 1,700 to 8,000 images/s on a GTX 1080 that way.
   with tf.device('/cpu:0'):
     images, labels = cifar10.distorted_inputs()
 
-  # Build a Graph that computes the logits predictions from the
-  # inference model.
+  # The model's logits for the batch.
   logits = cifar10.inference(images)
 
-  # Calculate loss.
+  # Its loss: cross entropy plus weight decay.
   loss = cifar10.loss(logits, labels)
 
-  # Build a Graph that trains the model with one batch of examples and
-  # updates the model parameters.
+  # One step of gradient descent on the batch, then the moving averages.
   train_op = cifar10.train(loss, global_step)
   return train_op, loss
 
 
 def train():
-  """Train CIFAR-10 for a number of steps."""
+  """Builds the graph and trains it until --max_steps."""
   with tf.Graph().as_default():
     train_op, loss = build_train_op()
     cifar10_session.run_training(
         train_op, loss, examples_per_step=FLAGS.batch_size,
-        config=cifar10_session.session_config())
+        config=cifar10_devices.session_config())
 
 
 def main(argv=None):  # pylint: disable=unused-argument
@@ -77,4 +77,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10_session.run_main(main)
+  cifar10_cli.run_main(main)

@@ -29,9 +29,9 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINER = os.path.join(REPO, 'cifar10_distributed_train.py')
-sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, 'tests'))
 
-import cifar10_cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
+from ports import free_local_ports  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MODES = ('parameter_server', 'all-reduce')
 
@@ -54,7 +54,7 @@ def run_cluster(mode, num_workers, args, work_dir):
   Raises:
     RuntimeError: a task failed.
   """
-  ports = cifar10_cluster.free_local_ports(num_workers + 1)
+  ports = free_local_ports(num_workers + 1)
   hosts = ['--worker_hosts=' + ','.join(
       '127.0.0.1:%d' % p for p in ports[1:])]
   if mode == 'parameter_server':

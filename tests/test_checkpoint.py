@@ -166,7 +166,7 @@ def test_damaged_newest_checkpoint_is_passed_over(trained, data_dir, tmp_path,
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   passed = [l for l in evaluated.stdout.splitlines() if 'passed over' in l]
   assert len(passed) == 1, evaluated.stdout
-  assert ('Checkpoint %s is passed over: %s' % (newest, reason)
+  assert ('Note: checkpoint %s is passed over: %s' % (newest, reason)
           in passed[0]) and passed[0].endswith('Evaluating %s.' % good)
   assert _md5s(train_dir) == before  # The evaluator only reads.
 

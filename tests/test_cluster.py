@@ -9,7 +9,9 @@ from absl.testing import flagsaver
 import pytest
 import yaml
 
+import cifar10_cli
 import cifar10_cluster
+import cifar10_devices
 import cifar10_distributed_train  # pylint: disable=unused-import
 from conftest import REPO, error_lines, run_script
 
@@ -63,7 +65,7 @@ def test_tf_config_without_chief_or_ps_and_in_sparse_form():
      '"index": "0"}}', 'task index is "0", not a number from 0'),
 ])
 def test_bad_tf_config_says_what_is_wrong(text, what):
-  with pytest.raises(cifar10_cluster.cifar10_session.UsageError) as error:
+  with pytest.raises(cifar10_cli.UsageError) as error:
     cifar10_cluster.parse_tf_config(text)
   assert str(error.value).startswith('TF_CONFIG %s' % what), str(error.value)
   assert '\n' not in str(error.value)
@@ -124,7 +126,7 @@ def test_server_configs():
   config = cifar10_cluster.server_config(ps, 'parameter_server', None)
   assert config.device_count['GPU'] == 0 and config.gpu_options.allow_growth
   worker = cifar10_cluster.Task([], ['w:1', 'w:2'], 'worker', 1, 'a test')
-  tower_config = cifar10_cluster.cifar10_session.session_config()
+  tower_config = cifar10_devices.session_config()
   config = cifar10_cluster.session_config(worker, 'replicated', tower_config)
   assert config.experimental.collective_group_leader == (
       '/job:worker/replica:0/task:0')

@@ -16,9 +16,12 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_cluster
+import cifar10_devices
 import cifar10_distributed_train as dist
 import cifar10_multi_gpu_train as multi
+import cifar10_replicated
 from conftest import checkpoint_step, error_lines, run_script, start_script
+from ports import free_local_ports
 
 tf1 = tf.compat.v1
 
@@ -82,7 +85,7 @@ def _run_cluster(flags):
   Returns:
     (returncode, stdout, stderr) of worker 1, worker 0 and the ps task.
   """
-  common = _hosts(cifar10_cluster.free_local_ports(3)) + flags
+  common = _hosts(free_local_ports(3)) + flags
   tasks = [_start('--job_name=ps', '--task_index=0', *common),
            _start('--job_name=worker', '--task_index=0', *common),
            _start('--job_name=worker', '--task_index=1', *common)]
@@ -97,7 +100,7 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   train_dir = str(tmp_path / 'train')
   flags = ['--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
            '--batch_size=16', '--log_frequency=10', '--stall_report_secs=3']
-  common = _hosts(cifar10_cluster.free_local_ports(3)) + flags + ['--max_steps=30']
+  common = _hosts(free_local_ports(3)) + flags + ['--max_steps=30']
   ps = _start('--job_name=ps', '--task_index=0', *common)
   chief = _start('--job_name=worker', '--task_index=0', *common)
   try:
@@ -180,7 +183,7 @@ def test_port_in_use_is_one_line(fake_data_dir):
 
 
 def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
-  ports = cifar10_cluster.free_local_ports(3)
+  ports = free_local_ports(3)
   train_dir = str(tmp_path / 'train')
   common = _hosts(ports) + [
       '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
@@ -208,7 +211,7 @@ def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
 
 def test_sigterm_stops_a_ps_task(fake_data_dir):
   ps = _start('--job_name=ps', '--data_dir=' + fake_data_dir,
-              *_hosts(cifar10_cluster.free_local_ports(3)))
+              *_hosts(free_local_ports(3)))
   try:
     _wait_for_line(ps, r'^ps task 0 serving', timeout=120)
     ps.send_signal(signal.SIGTERM)
@@ -221,7 +224,7 @@ def test_sigterm_stops_a_ps_task(fake_data_dir):
 
 def test_restarted_sync_worker_rejoins(fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  common = _hosts(cifar10_cluster.free_local_ports(3)) + [
+  common = _hosts(free_local_ports(3)) + [
       '--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
       '--batch_size=8', '--max_steps=40', '--log_frequency=1',
       '--stall_report_secs=3']
@@ -252,11 +255,11 @@ def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
   rng = np.random.RandomState(5)
   images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
-  ports = cifar10_cluster.free_local_ports(3)
+  ports = free_local_ports(3)
   tasks = _tasks(['127.0.0.1:%d' % ports[0]],
                  ['127.0.0.1:%d' % p for p in ports[1:]])
-  initial, steps, _ = _train_in_threads(tasks, cifar10_cluster.PARAMETER_SERVER,
-                                        images, labels, tmp_path)
+  initial, steps, _ = _train_in_threads(
+      tasks, cifar10_replicated.PARAMETER_SERVER, images, labels, tmp_path)
   assert steps == {0: 1, 1: 1}
   reader = tf.train.load_checkpoint(str(tmp_path))
   assert reader.get_tensor('global_step') == 1
@@ -269,11 +272,17 @@ def _tasks(ps_hosts, worker_hosts):
           for i in range(len(worker_hosts))]
 
 
-class _FinalValues(tf1.train.SessionRunHook):
-  """Keeps the global variables' values at the end of a session."""
+class _Values(tf1.train.SessionRunHook):
+  """Keeps the global variables' values at the start of a session (once
+  they are initialized or restored) and at its end."""
 
   def __init__(self):
+    self.initial = {}
     self.values = {}
+
+  def after_create_session(self, session, coord):
+    self.initial = {v.op.name: session.run(v)
+                    for v in tf1.global_variables()}
 
   def end(self, session):
     self.values = {v.op.name: session.run(v) for v in tf1.global_variables()}
@@ -290,7 +299,8 @@ def _train_in_threads(tasks, mode, images, labels, train_dir, max_steps=1):
   ps_hosts, worker_hosts = tasks[0].ps_hosts, tasks[0].worker_hosts
   servers, configs = {}, {}
   for task in tasks:
-    _, configs[task.task_index] = multi.tower_devices(1, virtual=True)
+    _, configs[task.task_index] = cifar10_devices.tower_devices(
+        1, virtual=True)
     servers[task.task_index] = cifar10_cluster.start_server(
         task, cifar10_cluster.server_config(
             task, mode, configs[task.task_index]))
@@ -299,25 +309,21 @@ def _train_in_threads(tasks, mode, images, labels, train_dir, max_steps=1):
     servers['ps', i] = cifar10_cluster.start_server(
         ps, cifar10_cluster.server_config(ps, mode, None))
   initial, steps, final = {}, {}, {}
-
-  def record_initial(scaffold, session):
-    del scaffold
-    initial.update({v.op.name: session.run(v)
-                    for v in tf1.global_variables()})
-
   with flagsaver.flagsaver(batch_size=8, max_steps=max_steps, num_gpus=1,
                            train_dir=str(train_dir), sync_replicas=True,
                            peer_timeout_secs=60):
 
     def run_worker(task):
       index = task.task_index
-      hook = _FinalValues()
+      hook = _Values()
       steps[index] = dist.train(
           servers[index], task, mode, ['/cpu:0'], configs[index],
           make_batches=lambda: [(tf.constant(images[index]),
                                  tf.constant(labels[index]))],
-          init_fn=record_initial if index == 0 else None, hooks=[hook])
+          hooks=[hook])
       final[index] = hook.values
+      if index == 0:
+        initial.update(hook.initial)
     threads = [threading.Thread(target=run_worker, args=(t,)) for t in tasks]
     for t in threads:
       t.start()
@@ -357,9 +363,9 @@ def test_allreduce_workers_step_as_one_tower_on_both_batches_and_agree(
   rng = np.random.RandomState(6)
   images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
-  tasks = _tasks([], ['127.0.0.1:%d' % p for p in cifar10_cluster.free_local_ports(2)])
+  tasks = _tasks([], ['127.0.0.1:%d' % p for p in free_local_ports(2)])
   initial, steps, final = _train_in_threads(
-      tasks, cifar10_cluster.ALL_REDUCE, images, labels, tmp_path)
+      tasks, cifar10_replicated.REPLICATED, images, labels, tmp_path)
   assert steps == {0: 1, 1: 1}
   reader = tf.train.load_checkpoint(str(tmp_path))
   assert reader.get_tensor('global_step') == 1
@@ -395,7 +401,7 @@ def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
     fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   hosts = '--worker_hosts=' + ','.join('127.0.0.1:%d' % p
-                                       for p in cifar10_cluster.free_local_ports(2))
+                                       for p in free_local_ports(2))
   common = [hosts, '--data_dir=' + fake_data_dir, '--batch_size=8',
             '--log_frequency=1', '--peer_timeout_secs=15',
             '--save_checkpoint_steps=5']
@@ -440,7 +446,7 @@ def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
 
 def test_three_tasks_from_tf_config_alone_train_and_finish(fake_data_dir,
                                                             tmp_path):
-  ports = cifar10_cluster.free_local_ports(3)
+  ports = free_local_ports(3)
   cluster = {'chief': ['127.0.0.1:%d' % ports[0]],
              'worker': ['127.0.0.1:%d' % ports[1]],
              'ps': ['127.0.0.1:%d' % ports[2]]}
@@ -518,7 +524,7 @@ def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
 
 def test_allreduce_peer_that_never_starts_or_hangs_is_one_line(
     fake_data_dir, tmp_path):
-  hosts = ['127.0.0.1:%d' % p for p in cifar10_cluster.free_local_ports(2)]
+  hosts = ['127.0.0.1:%d' % p for p in free_local_ports(2)]
   common = ['--worker_hosts=' + ','.join(hosts), '--data_dir=' + fake_data_dir,
             '--batch_size=8', '--log_frequency=1', '--peer_timeout_secs=10',
             '--max_steps=100000', '--train_dir=' + str(tmp_path / 'train')]

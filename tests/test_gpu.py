@@ -18,11 +18,13 @@ import tensorflow as tf
 
 import benchmark
 import cifar10
+import cifar10_cli
 import cifar10_devices
 import cifar10_eval
 import cifar10_multi_gpu_train as multi
+import cifar10_options
 import cifar10_predict
-import cifar10_session
+import cifar10_replicated
 import cifar10_train
 from conftest import (NO_GPU, STEP_LINE, make_fake_data, run_script,
                       start_script)
@@ -76,9 +78,9 @@ def trained(tmp_path_factory):
 def test_every_scripts_sessions_take_gpu_memory_as_needed(
     trained, tmp_path, monkeypatch):
   data_dir, train_dir = trained
-  assert cifar10_session.session_config().gpu_options.allow_growth
+  assert cifar10_devices.session_config().gpu_options.allow_growth
   for virtual in (False, True):
-    _, config = multi.tower_devices(2, virtual)
+    _, config = cifar10_devices.tower_devices(2, virtual)
     assert config.gpu_options.allow_growth
   monkeypatch.setattr(tf1, 'Session', _RecordingSession)
   del _RecordingSession.configs[:]
@@ -97,7 +99,7 @@ def test_every_scripts_sessions_take_gpu_memory_as_needed(
 
 
 def test_virtual_gpus_split_gpu_0_where_there_are_too_few(one_gpu, capsys):
-  devices, config = multi.tower_devices(4, virtual=True)
+  devices, config = cifar10_devices.tower_devices(4, virtual=True)
   assert devices == ['/gpu:0', '/gpu:1', '/gpu:2', '/gpu:3']
   assert config.gpu_options.visible_device_list == '0'
   assert config.gpu_options.experimental.num_virtual_devices_per_gpu == 4
@@ -106,11 +108,11 @@ def test_virtual_gpus_split_gpu_0_where_there_are_too_few(one_gpu, capsys):
       '--virtual_gpus: 1 GPU(s) visible, so GPU 0 is split into 4 virtual '
       'GPUs, /gpu:0 to /gpu:3, each with 1/4 of its memory.']
   # Enough GPUs: the real ones, nothing split.
-  devices, config = multi.tower_devices(1, virtual=True)
+  devices, config = cifar10_devices.tower_devices(1, virtual=True)
   assert devices == ['/gpu:0']
   assert not config.gpu_options.experimental.num_virtual_devices_per_gpu
-  with pytest.raises(cifar10_session.UsageError) as error:
-    multi.tower_devices(2)
+  with pytest.raises(cifar10_cli.UsageError) as error:
+    cifar10_devices.tower_devices(2)
   assert str(error.value) == (
       '--num_gpus=2, but only 1 GPU(s) are visible. Use --num_gpus=1 or '
       'less, or add --virtual_gpus to split GPU 0 into 2 virtual GPUs.')
@@ -122,14 +124,12 @@ def test_virtual_gpus_without_a_gpu_are_virtual_cpus(monkeypatch, capsys):
       tf.config, 'list_physical_devices',
       lambda device_type=None: [] if device_type == 'GPU'
       else real(device_type))
-  devices, config = multi.tower_devices(3, virtual=True)
+  devices, config = cifar10_devices.tower_devices(3, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1', '/cpu:2']
   assert config.device_count['CPU'] == 3 and config.device_count['GPU'] == 0
   assert capsys.readouterr().out.splitlines() == [
       'No GPU found: running the 3 tower(s) on the CPU, tower i on virtual '
       'CPU device /cpu:i (they share its cores).']
-  with flagsaver.flagsaver(virtual_cpus=True):  # The flag's old name.
-    assert multi.FLAGS.virtual_gpus
 
 
 def test_benchmark_runs_two_tower_rows_on_virtual_gpus(one_gpu,
@@ -173,7 +173,7 @@ def _collectives(devices):
     batches = [(tf.zeros([4, 24, 24, 3]), tf.zeros([4], tf.int32))
                for _ in devices]
     with tf.device('/cpu:0'):
-      multi.build_train_op(batches, devices, 'replicated')
+      cifar10_replicated.build_train_op(batches, devices, multi.tower_loss)
     return [op for op in graph.get_operations()
             if op.type == 'CollectiveReduceV2']
 
@@ -219,12 +219,12 @@ def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
     fake_data_dir):
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
       tf.Graph().as_default():
-    graph, config = multi.build_graph(2, virtual=True)
+    train_op, _, _, config = multi.build_graph(2, virtual=True)
     options = tf1.RunOptions(output_partition_graphs=True)
     metadata = tf1.RunMetadata()
     with tf1.Session(config=config) as sess:
       sess.run(tf1.global_variables_initializer())
-      sess.run(graph.train_op, options=options, run_metadata=metadata)
+      sess.run(train_op, options=options, run_metadata=metadata)
   placed = _placements(metadata)
   for i in (0, 1):
     convs = [device for name, (op, device) in placed.items()
@@ -238,7 +238,7 @@ def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
 
 @gpu
 def test_auto_layout_is_nchw_and_gives_nhwcs_logits(real_data_dir):
-  assert cifar10.data_format() == 'NCHW'
+  assert cifar10_options.data_format() == 'NCHW'
   images = np.random.RandomState(0).normal(size=(8, 24, 24, 3)).astype(
       np.float32)
   logits = {}
@@ -246,7 +246,7 @@ def test_auto_layout_is_nchw_and_gives_nhwcs_logits(real_data_dir):
   for fmt in ('NCHW', 'NHWC'):
     with flagsaver.flagsaver(data_format=fmt), tf.Graph().as_default():
       out = cifar10.inference(tf.constant(images))
-      with tf1.Session(config=cifar10_session.session_config()) as sess:
+      with tf1.Session(config=cifar10_devices.session_config()) as sess:
         sess.run(tf1.global_variables_initializer())
         if values is None:
           values = {v.op.name: sess.run(v) for v in tf1.global_variables()}
@@ -303,20 +303,24 @@ def test_replicated_equals_parameter_server_on_two_gpus(real_data_dir):
   initial = None
   for update in ('parameter_server', 'replicated'):
     with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
-      devices, config = multi.tower_devices(2, virtual=True)
+      devices, config = cifar10_devices.tower_devices(2, virtual=True)
       assert devices == ['/gpu:0', '/gpu:1']
+      tensors = [(tf.constant(i), tf.constant(l)) for i, l in batches]
       with tf.device('/cpu:0'):
-        graph = multi.build_train_op(
-            [(tf.constant(i), tf.constant(l)) for i, l in batches], devices,
-            update)
+        if update == 'replicated':
+          train_op, _, scaffold = cifar10_replicated.build_train_op(
+              tensors, devices, multi.tower_loss)
+        else:
+          train_op, _, scaffold = multi.build_train_op(tensors, devices)
       with tf1.Session(config=config) as sess:
         sess.run(tf1.global_variables_initializer())
         if initial is None:
           initial = {v.op.name: sess.run(v) for v in tf1.global_variables()}
         for v in tf1.global_variables():
           v.load(initial[v.op.name], sess)
-        sess.run(graph.local_init_op)
-        sess.run(graph.train_op)
+        if scaffold.local_init_op is not None:
+          sess.run(scaffold.local_init_op)
+        sess.run(train_op)
         results[update] = {v.op.name: sess.run(v)
                            for v in tf1.global_variables()}
   for name, value in results['parameter_server'].items():

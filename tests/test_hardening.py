@@ -1,5 +1,6 @@
-"""What a user can hit around a run (cifar10_session.py): unusable paths,
-reruns of finished training, two trainers on one directory, a full disk."""
+"""What a user can hit around a run (cifar10_session.py, cifar10_cli.py):
+unusable paths, reruns of finished training, two trainers on one
+directory, a full disk."""
 
 import os
 import re

@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 
 import cifar10
+import cifar10_cli
+import cifar10_devices
 import cifar10_multi_gpu_train as multi
-import cifar10_session
 from conftest import STEP_LINE, checkpoint_step, run_script
 
 tf1 = tf.compat.v1
@@ -70,8 +71,8 @@ def test_towers_on_slices_equal_one_tower_on_whole_batch():
 def _two_tower_graph(devices):
   batches = [_batch(8, seed=10), _batch(8, seed=11)]
   with tf.device('/cpu:0'):
-    graph = multi.build_train_op(batches, devices)
-  return batches, graph.train_op, graph.loss, graph.summary_op
+    train_op, loss, scaffold = multi.build_train_op(batches, devices)
+  return batches, train_op, loss, scaffold.summary_op
 
 
 def test_one_step_is_sgd_with_averaged_gradient():
@@ -96,7 +97,7 @@ def test_one_step_is_sgd_with_averaged_gradient():
 
 
 def test_towers_on_distinct_virtual_cpus_variables_on_cpu0(cpu_only):
-  devices, config = multi.tower_devices(2, virtual=True)
+  devices, config = cifar10_devices.tower_devices(2, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1']
   with tf.Graph().as_default():
     _, train_op, _, _ = _two_tower_graph(devices)
@@ -125,10 +126,10 @@ def test_towers_on_distinct_virtual_cpus_variables_on_cpu0(cpu_only):
 def test_more_gpus_than_visible_is_one_clear_error(monkeypatch):
   monkeypatch.setattr(tf.config, 'list_physical_devices',
                       lambda kind=None: ['GPU:0'] if kind == 'GPU' else [])
-  with pytest.raises(cifar10_session.UsageError,
+  with pytest.raises(cifar10_cli.UsageError,
                      match=r'--num_gpus=3, but only 1 GPU\(s\) are visible'):
-    multi.tower_devices(3)
-  devices, _ = multi.tower_devices(1)
+    cifar10_devices.tower_devices(3)
+  devices, _ = cifar10_devices.tower_devices(1)
   assert devices == ['/gpu:0']
 
 

@@ -15,6 +15,8 @@ import tensorflow as tf
 import cifar10
 import cifar10_devices
 import cifar10_multi_gpu_train as multi
+import cifar10_options
+import cifar10_replicated
 from conftest import error_lines, run_script
 
 tf1 = tf.compat.v1
@@ -48,8 +50,8 @@ def _single_tower_losses(images, labels, steps=50, **flags):
       tf.Graph().as_default():
     tf1.set_random_seed(SEED)
     global_step = tf1.train.get_or_create_global_step()
-    total_loss = cifar10.loss(
-        cifar10.inference(tf.cast(images, cifar10._dtype())), labels)
+    images = tf.cast(images, cifar10_options.compute_dtype())
+    total_loss = cifar10.loss(cifar10.inference(images), labels)
     train_op = cifar10.train(total_loss, global_step)
     with tf1.Session() as sess:
       sess.run(tf1.global_variables_initializer())
@@ -108,12 +110,13 @@ def test_bf16_logits_are_close_to_float32_logits_of_the_same_weights(
 def test_bf16_trains_two_towers_with_finite_falling_loss(real_batches):
   with flagsaver.flagsaver(batch_size=8, use_bf16=True), \
       tf.Graph().as_default():
-    graph, config = _multi_graph(real_batches[:2], 'parameter_server')
+    train_op, loss, _, config = _multi_graph(real_batches[:2],
+                                             'parameter_server')
     assert all(v.dtype.base_dtype in (tf.float32, tf.int64)
                for v in tf1.global_variables())
     with tf1.Session(config=config) as sess:
       sess.run(tf1.global_variables_initializer())
-      losses = [sess.run([graph.train_op, graph.loss])[1] for _ in range(50)]
+      losses = [sess.run([train_op, loss])[1] for _ in range(50)]
   _assert_finite_and_falling(losses)
 
 
@@ -139,7 +142,7 @@ def test_nchw_computes_the_same_logits_as_nhwc(real_batches):
 
 
 def test_auto_data_format_is_nhwc_without_gpu(cpu_only):
-  assert cifar10.data_format() == 'NHWC'
+  assert cifar10_options.data_format() == 'NHWC'
 
 
 def test_xla_marks_model_and_gradients_for_compilation(real_batches):
@@ -160,28 +163,38 @@ def test_xla_marks_model_and_gradients_for_compilation(real_batches):
 
 
 def _multi_graph(batches, variable_update):
-  devices, config = multi.tower_devices(2, virtual=True)
+  """Two towers on /cpu:0 and /cpu:1 on batches.
+
+  Returns:
+    (train_op, loss, local init op, session config).
+  """
+  devices, config = cifar10_devices.tower_devices(2, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1']  # See cpu_only.
+  dtype = cifar10_options.compute_dtype()
+  tensors = [(tf.cast(i, dtype), tf.constant(l)) for i, l in batches]
   with tf.device('/cpu:0'):
-    graph = multi.build_train_op(
-        [(tf.cast(i, cifar10._dtype()), tf.constant(l)) for i, l in batches],
-        devices, variable_update)
-  return graph, config
+    if variable_update == cifar10_replicated.REPLICATED:
+      train_op, loss, scaffold = cifar10_replicated.build_train_op(
+          tensors, devices, multi.tower_loss)
+    else:
+      train_op, loss, scaffold = multi.build_train_op(tensors, devices)
+  return (train_op, loss,
+          scaffold.local_init_op or tf1.local_variables_initializer(), config)
 
 
 def test_replicated_equals_parameter_server_after_one_step(real_batches,
                                                           cpu_only):
   batches = real_batches[:2]
   with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
-    graph, config = _multi_graph(batches, 'parameter_server')
+    train_op, _, _, config = _multi_graph(batches, 'parameter_server')
     with tf1.Session(config=config) as sess:
       sess.run(tf1.global_variables_initializer())
       initial = {v.op.name: sess.run(v) for v in tf1.global_variables()}
-      sess.run(graph.train_op)
+      sess.run(train_op)
       expected = {v.op.name: sess.run(v) for v in tf1.global_variables()}
 
   with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
-    graph, config = _multi_graph(batches, 'replicated')
+    train_op, _, local_init_op, config = _multi_graph(batches, 'replicated')
     variables = tf1.global_variables()
     replicas = tf1.local_variables()
     # Same saved variables as the default; the copies are tower 1's.
@@ -193,8 +206,8 @@ def test_replicated_equals_parameter_server_after_one_step(real_batches,
       sess.run(tf1.global_variables_initializer())
       for v in variables:
         v.load(initial[v.op.name], sess)
-      sess.run(graph.local_init_op)
-      sess.run(graph.train_op)
+      sess.run(local_init_op)
+      sess.run(train_op)
       got = {v.op.name: sess.run(v) for v in variables + replicas}
   assert got['global_step'] == expected['global_step'] == 1
   assert not np.array_equal(expected['conv1/weights'],
@@ -209,11 +222,12 @@ def test_replicated_equals_parameter_server_after_one_step(real_batches,
 def test_replicated_trains_50_steps_with_finite_falling_loss(real_batches,
                                                             cpu_only):
   with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
-    graph, config = _multi_graph(real_batches[:2], 'replicated')
+    train_op, loss, local_init_op, config = _multi_graph(real_batches[:2],
+                                                         'replicated')
     with tf1.Session(config=config) as sess:
       sess.run(tf1.global_variables_initializer())
-      sess.run(graph.local_init_op)
-      losses = [sess.run([graph.train_op, graph.loss])[1] for _ in range(50)]
+      sess.run(local_init_op)
+      losses = [sess.run([train_op, loss])[1] for _ in range(50)]
   _assert_finite_and_falling(losses)
 
 

@@ -295,13 +295,13 @@ def test_a_second_signal_interrupts_at_once():
 
 
 def test_an_interrupt_is_one_line_and_status_130(capsys, monkeypatch):
-  import cifar10_session  # pylint: disable=g-import-not-at-top
+  import cifar10_cli  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(sys, 'argv', ['cifar10_train.py'])
 
   def interrupted(argv):
     raise KeyboardInterrupt
   with pytest.raises(SystemExit) as exit_status:
-    cifar10_session.run_main(interrupted)
+    cifar10_cli.run_main(interrupted)
   assert exit_status.value.code == 130
   assert capsys.readouterr().err == 'Interrupted.\n'
 

@@ -1,4 +1,4 @@
-"""The command line the scripts share (cifar10_session.py): --help lists
+"""The command line the scripts share (cifar10_cli.py): --help lists
 the flags, booleans parse every form, a mistake is one line."""
 
 import os
@@ -48,9 +48,9 @@ def _help_defaults(script):
   return defaults
 
 
-# The README's paragraphs of flags, and the scripts that take them; a
-# later paragraph's default wins (the multi-GPU trainer's --max_steps).
-README_FLAGS = [
+# The paragraphs of flags in docs/usage.md, and the scripts that take them;
+# a later paragraph's default wins (the multi-GPU trainer's --max_steps).
+USAGE_FLAGS = [
     ('**Model flags**', sorted(DOCUMENTED)),
     ('**`cifar10_train.py`**', ['cifar10_train.py',
                                'cifar10_multi_gpu_train.py',
@@ -62,16 +62,16 @@ README_FLAGS = [
 ]
 
 
-def _readme_defaults():
-  """{script: {flag: default}} of the flags the README gives a default.
+def _documented_defaults():
+  """{script: {flag: default}} of the flags docs/usage.md gives a default.
 
   A default is what its parentheses start with: a number, true or false,
   or a `value`; prose ("the official archive") promises no value.
   """
-  with open(os.path.join(REPO, 'README.md')) as f:
+  with open(os.path.join(REPO, 'docs', 'usage.md')) as f:
     paragraphs = f.read().split('\n\n')
   promised = {}
-  for start, scripts in README_FLAGS:
+  for start, scripts in USAGE_FLAGS:
     paragraph, = [p for p in paragraphs if p.startswith(start)]
     for name, default in re.findall(r'`--(\w+)` \(([^)]*)\)',
                                     paragraph.replace('\n', ' ')):
@@ -83,10 +83,10 @@ def _readme_defaults():
 
 
 @pytest.mark.parametrize('script', sorted(DOCUMENTED))
-def test_help_lists_every_flag_with_the_readmes_default(script):
+def test_help_lists_every_flag_with_its_documented_default(script):
   defaults = _help_defaults(script)
   assert set(DOCUMENTED[script]) <= set(defaults), script
-  promised = _readme_defaults()[script]
+  promised = _documented_defaults()[script]
   for name, default in promised.items():
     assert name in defaults, name
     if default is not None:

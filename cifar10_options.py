@@ -1,0 +1,111 @@
+"""The options for speed: mixed precision, the layout, XLA.
+
+Each keeps the same model and checkpoints (float32 variables with the
+same names); docs/options.md says how each works and what it gives.
+cifar10.py builds the model with them in one line each:
+
+  images = tf.cast(images, compute_dtype())   # --use_fp16, --use_bf16
+  with compile_scope():                       # --xla
+    conv = tf.nn.conv2d(..., data_format=data_format())
+  scale = loss_scale()                        # --use_fp16's loss scaling
+
+Until a script parses its flags, every flag reads as its default.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import contextlib
+import functools
+
+import cifar10_devices
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+flags.DEFINE_boolean('use_fp16', False,
+                     'Mixed precision: compute in float16, keep float32 '
+                     'variables, scale the loss (see --loss_scale).')
+flags.DEFINE_boolean('use_bf16', False,
+                     'Mixed precision: compute in bfloat16, keep float32 '
+                     'variables (no loss scaling). Fast on CPUs with '
+                     'bfloat16 units (AVX512_BF16, AMX) and recent GPUs.')
+flags.register_multi_flags_validator(
+    ['use_fp16', 'use_bf16'], lambda f: not (f['use_fp16'] and f['use_bf16']),
+    message='--use_fp16 and --use_bf16 exclude each other: choose one')
+flags.DEFINE_string('loss_scale', 'dynamic',
+                    "Loss scale with --use_fp16: 'dynamic' or a number.")
+flags.register_validator(
+    'loss_scale', lambda v: v == 'dynamic' or _is_positive_number(v),
+    message="--loss_scale must be 'dynamic' or a positive number")
+flags.DEFINE_enum('data_format', 'auto', ['auto', 'NHWC', 'NCHW'],
+                  'Layout of the activations: NHWC (channels last, fast on '
+                  'CPUs), NCHW (channels first, fast on GPUs), or auto: '
+                  'NCHW when a GPU is visible, else NHWC.')
+flags.register_validator(
+    'data_format', lambda fmt: fmt != 'NCHW' or cifar10_devices.nchw_runs_here(),
+    message='it needs a GPU, or a TensorFlow that pools '
+    'channels-first on the CPU (oneDNN, on by default only on CPUs with '
+    'AVX512_VNNI, AVX512_BF16 or AMX); this machine has neither: use NHWC '
+    'or auto')
+flags.DEFINE_boolean('xla', False,
+                     'Compile the model, its loss and gradients with XLA.')
+
+
+def _is_positive_number(text):
+  """Returns whether text reads as a number above zero."""
+  try:
+    return float(text) > 0
+  except ValueError:
+    return False
+
+
+def compute_dtype():
+  """The dtype the model computes in, per --use_fp16/--use_bf16."""
+  if FLAGS['use_fp16'].value:
+    return tf.float16
+  if FLAGS['use_bf16'].value:
+    return tf.bfloat16
+  return tf.float32
+
+
+@functools.lru_cache(maxsize=None)
+def precision_notice():
+  """Prints, once, that the chosen precision will be slow here."""
+  notice = cifar10_devices.precision_notice(FLAGS['use_fp16'].value,
+                                            FLAGS['use_bf16'].value)
+  if notice:
+    print(notice)
+
+
+def data_format():
+  """Returns --data_format, 'auto' resolved to NCHW when a GPU is visible."""
+  fmt = FLAGS['data_format'].value
+  if fmt == 'auto':
+    return 'NCHW' if tf.config.list_physical_devices('GPU') else 'NHWC'
+  return fmt
+
+
+def compile_scope():
+  """The scope to build the model in: XLA, gradients included, with --xla."""
+  if FLAGS['xla'].value:
+    return tf1.xla.experimental.jit_scope()
+  return contextlib.nullcontext()
+
+
+def loss_scale():
+  """With --use_fp16, the loss scale (--loss_scale); otherwise None.
+
+  Float16 gradients of small values flush to zero: the loss is multiplied
+  by the loss scale before the gradients are taken and they are divided by
+  it after. A dynamic scale halves on an overflow (and that step is
+  skipped) and doubles after 2000 good steps.
+  """
+  if not FLAGS['use_fp16'].value:
+    return None
+  if FLAGS['loss_scale'].value == 'dynamic':
+    return tf1.mixed_precision.DynamicLossScale()
+  return tf1.mixed_precision.FixedLossScale(float(FLAGS['loss_scale'].value))

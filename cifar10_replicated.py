@@ -1,0 +1,207 @@
+"""Replicated variables: every tower its own copy, kept equal by an all-reduce.
+
+The other way to share the model between towers (--variable_update=
+replicated of the multi-GPU trainer; the all-reduce mode of the
+distributed trainer, where the towers of all workers take part). Instead
+of reading the shared variables on /cpu:0 and sending their gradients
+there to be averaged (the parameter-server way of
+cifar10_multi_gpu_train.py), each tower keeps a copy of every variable on
+its own device. Each step:
+
+  tower i: loss and gradients with respect to its own copy
+  all-reduce: the mean of every tower's gradients lands on every tower
+  tower i: applies the mean to its own copy
+
+Every copy starts equal (tower 0's values, initialized or restored) and
+applies the same mean, so the copies stay equal. Tower 0's variables are
+the model's: trained, averaged, saved, with the same names as in the
+parameter-server way, so checkpoints are the same. The other towers'
+copies are local variables under 'tower_i/', neither saved nor trained
+by name.
+
+The all-reduce packs each tower's gradients into one vector and runs one
+collective on them: NCCL's where the towers are on GPUs, else
+TensorFlow's ring across the devices.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import cifar10
+import cifar10_devices
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+# The two values of --variable_update: the variables on /cpu:0 (or on the
+# ps tasks), or a copy on every tower.
+PARAMETER_SERVER = 'parameter_server'
+REPLICATED = 'replicated'
+
+flags.DEFINE_enum('variable_update', PARAMETER_SERVER,
+                  [PARAMETER_SERVER, REPLICATED],
+                  'parameter_server: the variables live on /cpu:0 and the '
+                  'towers\' gradients are averaged there. replicated: each '
+                  'tower keeps its own copy of the variables on its device '
+                  'and the gradients are averaged by an all-reduce.')
+
+
+def _replica_getter(device, tower):
+  """Returns a custom getter that keeps tower's variables on its device.
+
+  Tower 0's variables are the model's; the other towers' are local copies.
+
+  Args:
+    device: the tower's device.
+    tower: the tower's index.
+
+  Returns:
+    A custom getter for tf.compat.v1.variable_scope.
+  """
+  def custom_getter(getter, *args, **kwargs):
+    if tower:
+      kwargs['trainable'] = False
+      kwargs['collections'] = [tf1.GraphKeys.LOCAL_VARIABLES]
+    with tf.device(device):
+      return getter(*args, **kwargs)
+  return custom_getter
+
+
+def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0):
+  """Averages the gradients across towers, the mean landing on every tower.
+
+  Each tower packs its gradients into one vector, and one collective
+  all-reduce averages the vectors of all towers (of every worker taking
+  part, in distributed training). The means are then unpacked.
+
+  Args:
+    tower_grads: list over towers of lists of (gradient, variable) pairs.
+    devices: the towers' devices, all distinct.
+    group_size: towers taking part in all, this process's and other
+      workers'; None: this process's.
+    timeout_secs: how long the all-reduce waits for a tower that does not
+      come before it fails with DeadlineExceededError; 0: for ever.
+
+  Returns:
+    The same structure, each gradient replaced by the mean over towers.
+  """
+  on_gpus = all(tf.DeviceSpec.from_string(d).device_type == 'GPU'
+                for d in devices)
+  reduced = []
+  for device, grads_and_vars in zip(devices, tower_grads):
+    with tf.device(device), tf1.name_scope('all_reduce'):
+      grads = [g for g, _ in grads_and_vars]
+      packed = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
+      mean = tf.raw_ops.CollectiveReduceV2(
+          input=packed, group_size=group_size or len(devices), group_key=1,
+          instance_key=1, ordering_token=[], merge_op='Add', final_op='Div',
+          communication_hint='nccl' if on_gpus else 'auto',
+          timeout_seconds=float(timeout_secs))
+      means = tf.split(mean, [int(np.prod(g.shape)) for g in grads])
+      reduced.append([(tf.reshape(m, g.shape), v) for m, g, (_, v) in zip(
+          means, grads, grads_and_vars)])
+  return reduced
+
+
+def _towers(opt, batches, devices, tower_loss):
+  """Builds one tower per device, each on its own copy of the variables.
+
+  Returns:
+    (tower_grads, the last tower's loss, the last tower's name scope).
+  """
+  tower_grads = []
+  with tf1.variable_scope(tf1.get_variable_scope()) as root:
+    for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
+      with tf.device(device):
+        with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
+          # Tower 0 makes the model's variables; tower i its copies under
+          # 'tower_i/'.
+          with tf1.variable_scope(scope[:-1] if i else root,
+                                  auxiliary_name_scope=False,
+                                  custom_getter=_replica_getter(device, i)):
+            loss = tower_loss(scope, images, labels)
+          # The gradients with respect to the tower's own copy.
+          var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
+                      if i else tf1.trainable_variables())
+          tower_grads.append(opt.compute_gradients(loss, var_list=var_list))
+  return tower_grads, loss, scope
+
+
+def _copy_to_replicas(tower_grads, broadcast):
+  """The local init op: after the model's variables are initialized or
+  restored (and broadcast from the chief, across workers), every tower's
+  copy takes tower 0's values."""
+  local_init_op = tf1.train.Scaffold.default_local_init_op()
+  if broadcast:
+    with tf.control_dependencies([local_init_op]):
+      local_init_op = broadcast(tf1.global_variables())
+  with tf.control_dependencies([local_init_op]):
+    return tf.group(*[
+        replica.assign(var) for replica_grads in tower_grads[1:]
+        for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
+
+
+def build_train_op(batches, devices, tower_loss, num_workers=1,
+                   broadcast=None, timeout_secs=0):
+  """Builds one tower per device, each with its own copy of the variables,
+  and the synchronous update of them all.
+
+  Must be called under tf.device('/cpu:0') (of the worker), where the
+  global step goes.
+
+  Args:
+    batches: list of (images, labels) pairs, one per tower.
+    devices: list of distinct device names, one per tower.
+    tower_loss: function (scope, images, labels) -> the tower's total loss
+      (cifar10_multi_gpu_train.tower_loss).
+    num_workers: workers running these towers each step; the all-reduce
+      averages the towers of all of them.
+    broadcast: None, or a function of the list of global variables that
+      returns the op setting them to the chief's values once they are
+      initialized or restored (the distributed trainer).
+    timeout_secs: how long the all-reduce waits for a tower that does not
+      come; 0: for ever.
+
+  Returns:
+    (train_op, the last tower's loss, the tf.compat.v1.train.Scaffold with
+    the last tower's summaries and the op that fills the copies).
+  """
+  global_step = tf1.train.get_or_create_global_step()
+  examples_per_step = num_workers * sum(
+      int(images.shape[0]) for images, _ in batches)
+  opt = cifar10.optimizer(cifar10.learning_rate(global_step,
+                                                examples_per_step))
+  tower_grads, loss, scope = _towers(opt, batches, devices, tower_loss)
+
+  # Each tower gets the mean gradient and applies it to its own copy, all
+  # in one update (one loss-scale check, one global step).
+  grads = sum(all_reduce_mean(tower_grads, devices,
+                              num_workers * len(devices), timeout_secs), [])
+  train_op = cifar10.apply_gradients(opt, grads, global_step)
+  return train_op, loss, tf1.train.Scaffold(
+      summary_op=cifar10.tower_summary_op(scope),
+      local_init_op=_copy_to_replicas(tower_grads, broadcast))
+
+
+def build_graph(num_towers, tower_loss):
+  """Builds the multi-GPU trainer's graph with replicated variables.
+
+  The copies need a device each: where there are too few, one is split
+  into virtual devices, as --virtual_gpus does, given or not.
+
+  Args:
+    num_towers: number of towers.
+    tower_loss: cifar10_multi_gpu_train.tower_loss.
+
+  Returns:
+    (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
+  """
+  devices, config = cifar10_devices.tower_devices(num_towers, virtual=True)
+  with tf.device('/cpu:0'):
+    # One input pipeline for all towers; each tower takes its own batch.
+    batches = cifar10.distorted_batches(num_towers)
+    return build_train_op(batches, devices, tower_loss) + (config,)

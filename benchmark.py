@@ -77,6 +77,10 @@ flags.adopt_module_key_flags(cifar10)
 
 MATMUL_SIZE = 4096
 
+# GPUs from this compute capability on (Ampere) multiply float32 matrices
+# in TF32, TensorFlow's default there.
+TF32_GPU_CAPABILITY = (8, 0)
+
 # The GPU rows show how long this many steps would take at their speed.
 PROJECTED_STEPS = 100000
 
@@ -99,7 +103,8 @@ def train_flops_per_example():
 
 
 def matmul_peak():
-  """Returns the GFLOP/s of a float32 4096x4096 matmul, median of 10."""
+  """Returns the GFLOP/s of a float32 4096x4096 matmul, median of 10, as
+  the training rows run float32 (see _float32_matmuls)."""
   n = MATMUL_SIZE
   with tf.Graph().as_default():
     a = tf1.get_variable('a', [n, n], initializer=tf1.ones_initializer())
@@ -115,6 +120,18 @@ def matmul_peak():
         sess.run(product)
         times.append(time.time() - start)
   return 2.0 * n ** 3 / np.median(times) / 1e9
+
+
+def _float32_matmuls():
+  """How float32 matmuls run here: 'float32', or 'float32 as TF32' where a
+  GPU multiplies them in TF32 (a 10-bit mantissa), as TensorFlow does by
+  default from Ampere on (tf.config.experimental.
+  enable_tensor_float_32_execution turns it off)."""
+  if tf.config.experimental.tensor_float_32_execution_enabled() and any(
+      capability >= TF32_GPU_CAPABILITY
+      for _, capability in cifar10_devices.describe_gpus()):
+    return 'float32 as TF32'
+  return 'float32'
 
 
 def _gpus_line():
@@ -198,9 +215,9 @@ def profile_train(steps):
     steps: how many steps to trace.
 
   Returns:
-    A list of ((layer, op type), milliseconds per step), the largest
-    first. The layer is the first scope of the op's name, its gradient's
-    included.
+    A list of ((device, layer, op type), milliseconds per step), the
+    largest first. The device is 'CPU:0', 'GPU:0', ...; the layer is the
+    first scope of the op's name, its gradient's included.
   """
   def one_op_at_a_time():
     train_op, examples, config, init = _single_tower()
@@ -217,10 +234,10 @@ def profile_train(steps):
     for _ in range(steps):
       metadata = tf1.RunMetadata()
       sess.run(train_op, options=options, run_metadata=metadata)
-      for name, op_type, micros in op_times(metadata.step_stats):
+      for device, name, op_type, micros in op_times(metadata.step_stats):
         layer = name.replace('gradients/', '', 1).split('/')[0]
         layer = layer[:-len('_grad')] if layer.endswith('_grad') else layer
-        totals[layer, op_type or '?'] += micros
+        totals[device, layer, op_type or '?'] += micros
   return [(key, micros / steps / 1e3) for key, micros in totals.most_common()]
 
 
@@ -237,13 +254,15 @@ def op_times(step_stats):
     step_stats: a StepStats, from RunMetadata.
 
   Returns:
-    A list of (op name, op type, microseconds).
+    A list of (device, op name, op type, microseconds), the device as
+    'CPU:0' or 'GPU:0'.
   """
   times = []
   for device in step_stats.dev_stats:
     name = device.device.upper()
-    stream = re.search(r'DEVICE:GPU:\d+/STREAM:\d+$', name)
-    if not stream and not re.search(r'DEVICE:CPU:\d+$', name):
+    stream = re.search(r'DEVICE:(GPU:\d+)/STREAM:\d+$', name)
+    cpu = re.search(r'DEVICE:(CPU:\d+)$', name)
+    if not stream and not cpu:
       continue  # A GPU's launch records, its 'stream:all', its memcpy.
     for node in device.node_stats:
       micros = node.op_end_rel_micros - node.op_start_rel_micros
@@ -254,7 +273,7 @@ def op_times(step_stats):
         # timeline_label reads 'name = OpType(inputs)'.
         op_name = node.node_name
         op_type = node.timeline_label.partition(' = ')[2].partition('(')[0]
-      times.append((op_name, op_type, micros))
+      times.append(((stream or cpu).group(1), op_name, op_type, micros))
   return times
 
 
@@ -435,15 +454,19 @@ TRAINING_ROWS = OURS_AGAINST_KERAS + ('multi1', 'multi2') + KERAS_ROWS
 
 
 def _print_profile(profile):
-  """Prints profile_train's result: the ops that take 1% or more."""
-  total = sum(ms for _, ms in profile)
-  print()
-  print('train row op time, one op at a time: %.1f ms per step over %d '
-        'traced steps' % (total, FLAGS.profile_steps))
-  for (layer, op_type), ms in profile:
-    if ms >= total / 100:
-      print('%8.2f ms %5.1f%%  %-24s %s' % (ms, 100 * ms / total, layer,
-                                            op_type))
+  """Prints profile_train's result, device by device: the ops that take 1%
+  or more of that device's time (a GPU's kernels are a small part of a
+  step whose variables are updated on the CPU)."""
+  for device in sorted({device for (device, _, _), _ in profile}):
+    ops = [(key[1:], ms) for key, ms in profile if key[0] == device]
+    total = sum(ms for _, ms in ops)
+    print()
+    print('train row op time on %s, one op at a time: %.1f ms per step over '
+          '%d traced steps' % (device, total, FLAGS.profile_steps))
+    for (layer, op_type), ms in ops:
+      if ms >= total / 100:
+        print('%8.2f ms %5.1f%%  %-24s %s' % (ms, 100 * ms / total, layer,
+                                              op_type))
 
 
 def _check_rows():
@@ -511,8 +534,9 @@ def main(argv=None):  # pylint: disable=unused-argument
   flops = train_flops_per_example()
   print('batch_size %d per tower, warm-up %d steps, %d windows of %d steps'
         % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
-  print('matmul peak %.1f GFLOP/s (float32 %dx%d); training step %.1f '
-        'MFLOP per example' % (peak, MATMUL_SIZE, MATMUL_SIZE, flops / 1e6))
+  print('matmul peak %.1f GFLOP/s (%s %dx%d); training step %.1f '
+        'MFLOP per example' % (peak, _float32_matmuls(), MATMUL_SIZE,
+                               MATMUL_SIZE, flops / 1e6))
   print(_gpus_line())
   timers = {}
   for row in FLAGS.rows:

@@ -261,13 +261,29 @@ def local_gpus(task, num_gpus, num_visible):
     The visible_device_list for the worker's server ('2,3'), or None when
     it is alone on its machine or there are not GPUs enough for all.
   """
-  host = task.worker_hosts[task.task_index].rpartition(':')[0]
-  same_host = [i for i, address in enumerate(task.worker_hosts)
-               if address.rpartition(':')[0] == host]
+  same_host = _workers_on_its_host(task)
   if len(same_host) < 2 or num_visible < len(same_host) * num_gpus:
     return None
   first = same_host.index(task.task_index) * num_gpus
   return ','.join(str(i) for i in range(first, first + num_gpus))
+
+
+def gpus_shared(task, num_gpus, num_visible):
+  """Whether this worker shares its GPUs with other workers of its machine
+  (there are too few for local_gpus to give each its own).
+
+  Args as local_gpus's.
+  """
+  same_host = _workers_on_its_host(task)
+  return (len(same_host) > 1 and num_visible > 0 and
+          num_visible < len(same_host) * num_gpus)
+
+
+def _workers_on_its_host(task):
+  """The indices of the workers with the same host as task's, in order."""
+  host = task.worker_hosts[task.task_index].rpartition(':')[0]
+  return [i for i, address in enumerate(task.worker_hosts)
+          if address.rpartition(':')[0] == host]
 
 
 def server_config(task, mode, config):
@@ -275,7 +291,7 @@ def server_config(task, mode, config):
 
   A ps task makes no GPU devices (it serves variables from its CPU and
   opens no CUDA context); all-reduce workers name the group leader of
-  their collectives, and use NCCL between GPUs.
+  their collectives (each collective says whether it runs on NCCL).
 
   Args:
     task: the Task.
@@ -292,8 +308,6 @@ def server_config(task, mode, config):
   config = _copy(config)
   if mode == cifar10_replicated.REPLICATED:
     config.experimental.collective_group_leader = GROUP_LEADER
-    if config.device_count.get('GPU', 1):
-      config.experimental.collective_nccl = True
   return config
 
 

@@ -2,11 +2,13 @@
 
 tower_devices() chooses a device for each tower of the multi-GPU and
 distributed trainers: a GPU each, virtual GPUs split from GPU 0
-(--virtual_gpus), or the CPU. session_config() is the ConfigProto every
-script's sessions start from. precision_notice() says when --use_fp16 or
---use_bf16 will be slow here (a CPU without bfloat16 units, a GPU older
-than Ampere), and nchw_runs_here() whether --data_format=NCHW can run
-(GPUs, or TensorFlow's oneDNN on the CPU).
+(--virtual_gpus), or the CPU; all_reduce_between() which collective
+averages their gradients when each keeps its own variables.
+session_config() is the ConfigProto every script's sessions start from.
+precision_notice() says when --use_fp16 or --use_bf16 will be slow here
+(a CPU without bfloat16 units, a GPU without tensor cores for it), and
+nchw_runs_here() whether --data_format=NCHW can run (GPUs, or
+TensorFlow's oneDNN on the CPU).
 """
 
 from __future__ import absolute_import
@@ -25,19 +27,32 @@ FLAGS = tf1.flags.FLAGS
 # GPUs from this compute capability on have bfloat16 tensor cores (Ampere).
 BF16_GPU_CAPABILITY = (8, 0)
 
+# GPUs from this compute capability on have float16 tensor cores (Volta).
+FP16_GPU_CAPABILITY = (7, 0)
 
-def session_config():
+
+def session_config(num_gpus=1):
   """The ConfigProto of every script's sessions.
 
-  Soft placement; GPU memory taken as it is needed rather than all of it
-  up front, so that a trainer, the evaluator and cifar10_predict.py share
-  a GPU; device placement logged with --log_device_placement (trainers).
+  Soft placement; the first num_gpus GPUs only, so that a script of one
+  tower (train, eval, predict) opens one GPU, not every GPU of the machine
+  (CUDA_VISIBLE_DEVICES chooses which are first); GPU memory taken as it
+  is needed rather than all of it up front, so that a trainer, the
+  evaluator and cifar10_predict.py share a GPU; device placement logged
+  with --log_device_placement (trainers).
+
+  Args:
+    num_gpus: how many GPUs the sessions use.
   """
   config = tf1.ConfigProto(
       allow_soft_placement=True,
       log_device_placement=('log_device_placement' in FLAGS and
                             FLAGS.log_device_placement))
   config.gpu_options.allow_growth = True
+  num_visible = len(tf.config.list_physical_devices('GPU'))
+  if num_visible > num_gpus:
+    config.gpu_options.visible_device_list = ','.join(
+        str(i) for i in range(num_gpus))
   return config
 
 
@@ -60,17 +75,17 @@ def tower_devices(num_towers, virtual=False):
   Raises:
     cifar10_cli.UsageError: more towers than GPUs, and not virtual.
   """
-  config = session_config()
   num_visible = len(tf.config.list_physical_devices('GPU'))
   devices = ['/gpu:%d' % i for i in range(num_towers)]
   if num_visible >= num_towers:
-    return devices, config
+    return devices, session_config(num_towers)
+  config = session_config()
   if num_visible and virtual:
     config.gpu_options.visible_device_list = '0'
     config.gpu_options.experimental.num_virtual_devices_per_gpu = num_towers
     print('--virtual_gpus: %d GPU(s) visible, so GPU 0 is split into %d '
-          'virtual GPUs, /gpu:0 to /gpu:%d, each with 1/%d of its memory.'
-          % (num_visible, num_towers, num_towers - 1, num_towers))
+          'virtual GPUs, /gpu:0 to /gpu:%d, which share its memory and its '
+          'cores.' % (num_visible, num_towers, num_towers - 1))
     return devices, config
   if num_visible:
     raise cifar10_cli.UsageError(
@@ -85,6 +100,41 @@ def tower_devices(num_towers, virtual=False):
     return ['/cpu:%d' % i for i in range(num_towers)], config
   print('No GPU found: running the %d tower(s) on the CPU.' % num_towers)
   return ['/cpu:0'] * num_towers, config
+
+
+def all_reduce_between(devices, gpus_shared=False):
+  """Which collective averages the gradients of towers on devices.
+
+  NCCL where every tower has a GPU of its own; TensorFlow's ring
+  otherwise: on CPUs, and between virtual GPUs of one card or GPUs that
+  workers share, where NCCL refuses to run ("Duplicate GPU detected").
+  TensorFlow's own MirroredStrategy makes the same choice.
+
+  Args:
+    devices: the towers' devices (of this process).
+    gpus_shared: other processes' towers run on these GPUs too (workers
+      sharing a machine that has too few GPUs for one each).
+
+  Returns:
+    ('nccl' or 'ring', the communication_hint of the collective; a line
+    that says which runs, and why).
+  """
+  specs = [tf.DeviceSpec.from_string(d) for d in devices]
+  if any(spec.device_type != 'GPU' for spec in specs):
+    return 'ring', ("All-reduce: TensorFlow's ring between the towers' "
+                    "devices.")
+  gpus = sorted({spec.device_index or 0 for spec in specs})
+  num_physical = len(tf.config.list_physical_devices('GPU'))
+  if num_physical < len(gpus):
+    return 'ring', ("All-reduce: TensorFlow's ring, not NCCL: the towers' "
+                    "GPUs are %d virtual GPUs of %d card(s), and NCCL needs "
+                    "a card for each." % (len(gpus), num_physical))
+  if gpus_shared:
+    return 'ring', ("All-reduce: TensorFlow's ring, not NCCL: workers on "
+                    "this machine share its GPUs, and NCCL needs a GPU for "
+                    "each tower.")
+  return 'nccl', 'All-reduce: NCCL between GPUs %s.' % ', '.join(
+      str(i) for i in gpus)
 
 
 def describe_gpus():
@@ -125,6 +175,13 @@ def precision_notice(use_fp16, use_bf16):
   if use_fp16 and not gpus:
     return ('Note: --use_fp16 is meant for GPUs; CPUs compute float16 '
             'convolutions many times slower than float32.')
+  if use_fp16:
+    slow = [gpu for gpu, capability in describe_gpus()
+            if capability < FP16_GPU_CAPABILITY]
+    if slow:
+      return ('Note: --use_fp16 on %s: GPUs before compute capability %d.%d '
+              '(Volta) have no float16 tensor cores, so it may run no faster '
+              'than float32.' % ((', '.join(slow),) + FP16_GPU_CAPABILITY))
   if not use_bf16:
     return None
   if not gpus and not _cpu_has_bf16_units():

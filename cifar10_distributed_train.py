@@ -316,7 +316,10 @@ def build_allreduce_graph(task, local_devices, batches=None):
         batches, [_on_worker(task, d) for d in local_devices],
         multi.tower_loss, num_workers=len(task.worker_hosts),
         broadcast=lambda variables: broadcast_from_chief(task, variables),
-        timeout_secs=FLAGS.peer_timeout_secs)
+        timeout_secs=FLAGS.peer_timeout_secs,
+        gpus_shared=cifar10_cluster.gpus_shared(
+            task, FLAGS.num_gpus,
+            len(tf.config.list_physical_devices('GPU'))))
 
 
 def _ps_mode_hooks(task, sync):

@@ -43,8 +43,9 @@ flags.register_validator(
     message="--loss_scale must be 'dynamic' or a positive number")
 flags.DEFINE_enum('data_format', 'auto', ['auto', 'NHWC', 'NCHW'],
                   'Layout of the activations: NHWC (channels last, fast on '
-                  'CPUs), NCHW (channels first, fast on GPUs), or auto: '
-                  'NCHW when a GPU is visible, else NHWC.')
+                  'CPUs and on tensor cores), NCHW (channels first, cuDNN\'s '
+                  'float32 layout), or auto: NCHW for a model built for a GPU '
+                  'in float32, else NHWC.')
 flags.register_validator(
     'data_format', lambda fmt: fmt != 'NCHW' or cifar10_devices.nchw_runs_here(),
     message='it needs a GPU, or a TensorFlow that pools '
@@ -52,7 +53,8 @@ flags.register_validator(
     'AVX512_VNNI, AVX512_BF16 or AMX); this machine has neither: use NHWC '
     'or auto')
 flags.DEFINE_boolean('xla', False,
-                     'Compile the model, its loss and gradients with XLA.')
+                     'Compile the model (inference) and its gradients with '
+                     'XLA.')
 
 
 def _is_positive_number(text):
@@ -82,11 +84,34 @@ def precision_notice():
 
 
 def data_format():
-  """Returns --data_format, 'auto' resolved to NCHW when a GPU is visible."""
+  """Returns --data_format, 'auto' resolved for where the model is built.
+
+  The layout follows the device: channels first (NCHW, cuDNN's fastest in
+  float32) for a model built for a GPU; channels last (NHWC) on a CPU and
+  for float16 and bfloat16, which tensor cores compute channels last (as
+  TensorFlow's layout optimizer and NVIDIA's guides have it). A model is
+  built for the device of the current device scope (a tower's), or, with
+  none, for a GPU where one is visible (TensorFlow places it there).
+  """
   fmt = FLAGS['data_format'].value
-  if fmt == 'auto':
-    return 'NCHW' if tf.config.list_physical_devices('GPU') else 'NHWC'
-  return fmt
+  if fmt != 'auto':
+    return fmt
+  if compute_dtype() != tf.float32:
+    return 'NHWC'
+  device = _device_of_scope()
+  if device:
+    on_gpu = tf.DeviceSpec.from_string(device).device_type == 'GPU'
+  else:
+    on_gpu = bool(tf.config.list_physical_devices('GPU'))
+  return 'NCHW' if on_gpu else 'NHWC'
+
+
+def _device_of_scope():
+  """The device an op built here is placed on by the device scope ('' for
+  none, or outside a graph), read off a NoOp built here for the purpose."""
+  if tf.executing_eagerly():
+    return ''
+  return tf.no_op(name='device_of_scope').device
 
 
 def compile_scope():

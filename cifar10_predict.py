@@ -115,9 +115,11 @@ class Classifier(object):
     with self.graph.as_default(), flagsaver.flagsaver(
         **(PORTABLE if portable else {})):
       self.images = tf1.placeholder(tf.string, [None], name='images')
-      # Each file decoded and prepared as the evaluator's test images.
-      images = tf.map_fn(cifar10_input.image_from_file, self.images,
-                         fn_output_signature=tf.float32)
+      # Each file decoded and prepared as the evaluator's test images, on
+      # the CPU, like the evaluator's input pipeline.
+      with tf.device('/cpu:0'):
+        images = tf.map_fn(cifar10_input.image_from_file, self.images,
+                           fn_output_signature=tf.float32)
       logits = tf.cast(cifar10.inference(
           tf.cast(images, cifar10_options.compute_dtype())), tf.float32)
       classes = tf.argmax(logits, axis=1, name='classes')

@@ -20,8 +20,8 @@ copies are local variables under 'tower_i/', neither saved nor trained
 by name.
 
 The all-reduce packs each tower's gradients into one vector and runs one
-collective on them: NCCL's where the towers are on GPUs, else
-TensorFlow's ring across the devices.
+collective on them: NCCL's where every tower has a GPU of its own, else
+TensorFlow's ring across the devices (cifar10_devices.all_reduce_between).
 """
 
 from __future__ import absolute_import
@@ -71,7 +71,8 @@ def _replica_getter(device, tower):
   return custom_getter
 
 
-def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0):
+def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0,
+                    communication='ring'):
   """Averages the gradients across towers, the mean landing on every tower.
 
   Each tower packs its gradients into one vector, and one collective
@@ -85,12 +86,11 @@ def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0):
       workers'; None: this process's.
     timeout_secs: how long the all-reduce waits for a tower that does not
       come before it fails with DeadlineExceededError; 0: for ever.
+    communication: 'nccl' or 'ring' (cifar10_devices.all_reduce_between).
 
   Returns:
     The same structure, each gradient replaced by the mean over towers.
   """
-  on_gpus = all(tf.DeviceSpec.from_string(d).device_type == 'GPU'
-                for d in devices)
   reduced = []
   for device, grads_and_vars in zip(devices, tower_grads):
     with tf.device(device), tf1.name_scope('all_reduce'):
@@ -99,7 +99,7 @@ def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0):
       mean = tf.raw_ops.CollectiveReduceV2(
           input=packed, group_size=group_size or len(devices), group_key=1,
           instance_key=1, ordering_token=[], merge_op='Add', final_op='Div',
-          communication_hint='nccl' if on_gpus else 'auto',
+          communication_hint=communication,
           timeout_seconds=float(timeout_secs))
       means = tf.split(mean, [int(np.prod(g.shape)) for g in grads])
       reduced.append([(tf.reshape(m, g.shape), v) for m, g, (_, v) in zip(
@@ -146,7 +146,7 @@ def _copy_to_replicas(tower_grads, broadcast):
 
 
 def build_train_op(batches, devices, tower_loss, num_workers=1,
-                   broadcast=None, timeout_secs=0):
+                   broadcast=None, timeout_secs=0, gpus_shared=False):
   """Builds one tower per device, each with its own copy of the variables,
   and the synchronous update of them all.
 
@@ -165,6 +165,7 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
       initialized or restored (the distributed trainer).
     timeout_secs: how long the all-reduce waits for a tower that does not
       come; 0: for ever.
+    gpus_shared: other workers' towers run on these GPUs too.
 
   Returns:
     (train_op, the last tower's loss, the tf.compat.v1.train.Scaffold with
@@ -179,8 +180,12 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
 
   # Each tower gets the mean gradient and applies it to its own copy, all
   # in one update (one loss-scale check, one global step).
+  communication, line = cifar10_devices.all_reduce_between(devices,
+                                                           gpus_shared)
+  print(line)
   grads = sum(all_reduce_mean(tower_grads, devices,
-                              num_workers * len(devices), timeout_secs), [])
+                              num_workers * len(devices), timeout_secs,
+                              communication), [])
   train_op = cifar10.apply_gradients(opt, grads, global_step)
   return train_op, loss, tf1.train.Scaffold(
       summary_op=cifar10.tower_summary_op(scope),

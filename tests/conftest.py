@@ -27,6 +27,11 @@ sys.path.insert(0, REPO)
 # the tests' exact comparisons would not survive. The variable reaches
 # cuBLAS and cuDNN in this process and in every script a test runs.
 os.environ.setdefault('NVIDIA_TF32_OVERRIDE', '0')
+# GPU memory grows as it is needed in this process and in every script a
+# test runs, whatever their session configs (Keras' eager runs have none),
+# so that the tests running two at a time and the scripts they start
+# share a GPU instead of the first process taking nearly all of it.
+os.environ.setdefault('TF_FORCE_GPU_ALLOW_GROWTH', 'true')
 
 import cifar10  # pylint: disable=g-import-not-at-top,wrong-import-position
 import cifar10_input  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -100,9 +105,9 @@ def make_fake_data(data_dir, records_per_file=20, seed=0):
 def cpu_only(monkeypatch):
   """Hides any GPU from the code under test, as on a machine without one.
 
-  The scripts' device choices then build for the CPU, and the session
-  configs they make (cifar10_multi_gpu_train.tower_devices) keep every op
-  off the GPU.
+  The scripts' device choices then build for the CPU (the towers' devices,
+  the layout), and every tf.compat.v1.Session the test makes runs on the
+  CPU alone, whatever its config says.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   real = tf.config.list_physical_devices
@@ -110,6 +115,16 @@ def cpu_only(monkeypatch):
       tf.config, 'list_physical_devices',
       lambda device_type=None: [] if device_type == 'GPU'
       else real(device_type))
+
+  class CpuSession(tf.compat.v1.Session):
+
+    def __init__(self, target='', graph=None, config=None):
+      pinned = tf.compat.v1.ConfigProto()
+      if config is not None:
+        pinned.CopyFrom(config)
+      pinned.device_count['GPU'] = 0
+      super(CpuSession, self).__init__(target, graph, pinned)
+  monkeypatch.setattr(tf.compat.v1, 'Session', CpuSession)
 
 
 @pytest.fixture

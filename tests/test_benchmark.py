@@ -60,12 +60,18 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
     for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
                   'keras_loop_bf16'):
       assert re.search(r'^%s / %s = \d+\.\d\dx$' % (ours, keras), out, re.M)
-  profile = out[out.index('train row op time'):].splitlines()[1:]
-  assert profile
-  shares = [float(line.split()[2].rstrip('%')) for line in profile]
-  assert 50 < sum(shares) <= 100.1
-  layers = {tuple(line.split()[3:5]) for line in profile}
-  # conv2's forward and both of its gradients are among the largest.
+  # A section per device; the convolutions run on the train row's device.
+  sections = re.findall(r'^train row op time on ([A-Z]+:\d+), .*\n'
+                        r'((?:\s+\d+\.\d\d ms .*\n?)+)', out, re.M)
+  profiles = {device: lines.splitlines() for device, lines in sections}
+  train_device = re.search(r'^\| train \| .* \| ([A-Z:0-9,]+) \|', out,
+                           re.M).group(1)
+  assert train_device in profiles, sorted(profiles)
+  for profile in profiles.values():
+    shares = [float(line.split()[2].rstrip('%')) for line in profile]
+    assert 50 < sum(shares) <= 100.1
+  layers = {tuple(line.split()[3:5]) for line in profiles[train_device]}
+  # conv2's forward and both of its gradients are among its largest.
   assert sum(1 for layer, op in layers
              if layer == 'conv2' and 'Conv2D' in op) == 3, layers
 

@@ -131,6 +131,9 @@ def test_server_configs():
   assert config.experimental.collective_group_leader == (
       '/job:worker/replica:0/task:0')
   assert list(config.device_filters) == ['/job:worker/task:1']
+  # Each collective chooses NCCL or not (cifar10_devices.all_reduce_between),
+  # so the server forces it on none.
+  assert not config.experimental.collective_nccl
   assert not tower_config.device_filters  # Not changed.
 
 

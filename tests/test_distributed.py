@@ -505,7 +505,7 @@ def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
   all_reduce_task = _tasks([], ['127.0.0.1:2', '127.0.0.1:3'])[1]
   build = {
       'single tower': cifar10_train.build_train_op,
-      'multi-GPU, 2 towers': lambda: multi.build_graph(2),
+      'multi-GPU, 2 towers': lambda: multi.build_graph(2, virtual=True),
       'ps sync, 2 workers x 2 towers': lambda: dist.build_worker_graph(
           ps_task, ['/cpu:0', '/cpu:1']),
       'ps async, 2 x 2': lambda: dist.build_worker_graph(

@@ -107,7 +107,8 @@ def test_bf16_logits_are_close_to_float32_logits_of_the_same_weights(
   assert not np.array_equal(a, b)
 
 
-def test_bf16_trains_two_towers_with_finite_falling_loss(real_batches):
+def test_bf16_trains_two_towers_with_finite_falling_loss(real_batches,
+                                                         cpu_only):
   with flagsaver.flagsaver(batch_size=8, use_bf16=True), \
       tf.Graph().as_default():
     train_op, loss, _, config = _multi_graph(real_batches[:2],
@@ -143,6 +144,21 @@ def test_nchw_computes_the_same_logits_as_nhwc(real_batches):
 
 def test_auto_data_format_is_nhwc_without_gpu(cpu_only):
   assert cifar10_options.data_format() == 'NHWC'
+
+
+def test_auto_data_format_follows_the_device_the_model_is_built_for():
+  with tf.Graph().as_default():
+    with tf.device('/gpu:1'):
+      assert cifar10_options.data_format() == 'NCHW'
+      # Tensor cores compute float16 and bfloat16 channels last.
+      for precision in ('use_fp16', 'use_bf16'):
+        with flagsaver.flagsaver(**{precision: True}):
+          assert cifar10_options.data_format() == 'NHWC'
+    # A tower pinned to a CPU, whether or not a GPU is visible.
+    with tf.device('/cpu:0'):
+      assert cifar10_options.data_format() == 'NHWC'
+    with tf.device('/job:worker/task:1/device:GPU:0'):
+      assert cifar10_options.data_format() == 'NCHW'
 
 
 def test_xla_marks_model_and_gradients_for_compilation(real_batches):

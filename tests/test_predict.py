@@ -260,3 +260,15 @@ def test_export_is_nhwc_float32_whatever_the_flags(
   out = json.loads(loaded.stdout.splitlines()[-1])
   np.testing.assert_allclose(out['probabilities'], evaluator_probabilities,
                              atol=1e-5)
+
+
+def test_images_are_decoded_on_the_cpu(checkpoint_dir):
+  import cifar10_predict  # pylint: disable=g-import-not-at-top
+  classifier = cifar10_predict.Classifier(
+      tf.train.latest_checkpoint(checkpoint_dir))
+  classifier.session.close()
+  decoders = [op for op in classifier.graph.get_operations()
+              if 'While' in op.type or op.type.startswith('Decode')]
+  assert decoders  # The map over the files, and the decoders in it.
+  for op in decoders:
+    assert op.device.upper().endswith('CPU:0'), (op.name, op.device)

@@ -145,23 +145,20 @@ def unreadable_reason(prefix):
     return 'its data file %s.data-*-of-* is missing' % name
   try:
     reader = tf.train.load_checkpoint(prefix)
-  except (tf.errors.OpError, ValueError) as e:
-    return 'its index file %s.index is damaged (%s)' % (name, _first_line(e))
+  except tf.errors.OpError as e:  # Damaged, or not a file: the reason says.
+    return 'its index file %s.index cannot be read (%s)' % (
+        name, cifar10_cli.tf_reason(e))
   try:
     for var_name, dtype in reader.get_variable_to_dtype_map().items():
       value = reader.get_tensor(var_name)
       if dtype.is_floating and not np.all(np.isfinite(value)):
         return ('it holds NaN or infinite values (%s): training had '
                 'diverged' % var_name)
-  except (tf.errors.OpError, IndexError, ValueError) as e:
-    return 'its data is cut short or damaged (%s)' % _first_line(e)
+  except IndexError as e:  # OUT_OF_RANGE: the file ends before the data.
+    return 'its data is cut short (%s)' % cifar10_cli.tf_reason(e)
+  except tf.errors.OpError as e:  # A checksum that does not match, ...
+    return 'its data cannot be read (%s)' % cifar10_cli.tf_reason(e)
   return None
-
-
-def _first_line(error):
-  """The first line of an exception's message, without TF's path prefix."""
-  text = getattr(error, 'message', None) or str(error)
-  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def latest_checkpoint(directory):

@@ -20,8 +20,10 @@ from __future__ import division
 from __future__ import print_function
 
 import contextlib
+import functools
 import logging
 import os
+import re
 import sys
 import threading
 
@@ -38,6 +40,17 @@ PATH_FLAGS = ('data_dir', 'train_dir', 'checkpoint_dir', 'eval_dir',
 
 # absl's flags that print the help and exit.
 HELP_FLAGS = ('help', '?', 'helpfull', 'helpshort', 'helpxml')
+
+# TensorFlow reports a failed file write as '<path>; <reason>', raised as
+# one of its OpErrors (the saver), or as the Python exception its event
+# writer turns the error into (IndexError for OUT_OF_RANGE, which a file
+# over a size limit, EFBIG, is; RuntimeError for the others).
+_FAILED_WRITE = re.compile(r'(\S+); ([^\n\[]+)')
+WRITE_ERRORS = (tf.errors.OpError, IndexError, RuntimeError)
+
+# The bytes around each record of an event file (TFRecord): its length and
+# the length's checksum before it, the data's checksum after it.
+_RECORD_FRAMING_BYTES = 8 + 4 + 4
 
 
 class Error(Exception):
@@ -128,6 +141,88 @@ def run_main(main, takes_arguments=False):
     sys.exit(130)
 
 
+def tf_reason(error):
+  """What an error of TensorFlow's says failed, in one line.
+
+  A graph's error message opens with where the failing op was built
+  ('Graph execution error', 'Detected at node', Python frames, 'Node:')
+  and ends with the node ('[[{{node ...}}]]'); the reason stands between.
+
+  Args:
+    error: an exception, usually a tf.errors.OpError.
+  """
+  text = getattr(error, 'message', None) or str(error)
+  lines = text.strip().splitlines()
+  for i, line in enumerate(lines):
+    if line.startswith('Node:'):
+      lines = lines[i + 1:]
+  lines = [l.strip() for l in lines
+           if l.strip() and not l.strip().startswith('[[')]
+  return lines[0] if lines else type(error).__name__
+
+
+def failed_write(error, directory):
+  """Reads a failed write into directory out of a TensorFlow error.
+
+  A full disk (ResourceExhaustedError), a file-size limit such as
+  `ulimit -f` (OutOfRangeError: EFBIG), a read-only or vanished directory:
+  TensorFlow names the file and the system's reason.
+
+  Args:
+    error: a tf.errors.OpError.
+    directory: where the script writes (--train_dir, --eval_dir, ...).
+
+  Returns:
+    (the file's path, the reason), or None if error is not a failed write
+    into directory.
+  """
+  match = _FAILED_WRITE.search(str(error))
+  if not match or not match.group(1).startswith(directory.rstrip('/') + '/'):
+    return None
+  return match.group(1), match.group(2).strip()
+
+
+def drop_half_written_record(path):
+  """Cuts an event file back to its last whole record, where a failed
+  write left part of one after it; every whole record stays.
+
+  Args:
+    path: the event file.
+  """
+  if '://' in path or not os.path.exists(path):
+    return  # Local files only.
+  whole = 0
+  try:
+    with quiet_tf_logging():  # tf_record_iterator is deprecated.
+      for record in tf1.io.tf_record_iterator(path):
+        whole += len(record) + _RECORD_FRAMING_BYTES
+  except tf.errors.DataLossError:
+    pass  # The half-written record: the file ends in it.
+  if whole < os.path.getsize(path):
+    os.truncate(path, whole)
+
+
+def write_advice(reason, flag_name, directory):
+  """What to do about a write into directory that failed for reason.
+
+  Args:
+    reason: the system's reason, as failed_write reads it.
+    flag_name: the flag that names directory ('train_dir').
+    directory: its value.
+
+  Returns:
+    A sentence.
+  """
+  where = '--%s=%s' % (flag_name, directory)
+  if 'too large' in reason.lower():
+    return ('A file-size limit stopped it (ulimit -f, or a FAT32 volume\'s '
+            '4 GB): lift it, or give %s on another filesystem, and run '
+            'again.' % where)
+  if 'space' in reason.lower() or 'quota' in reason.lower():
+    return 'Make room for %s and run again.' % where
+  return 'Check that %s can be written to, and run again.' % where
+
+
 @contextlib.contextmanager
 def quiet_tf_logging():
   """Keeps TensorFlow's Python warnings (deprecations, 'Checkpoint
@@ -148,6 +243,15 @@ def drop_tf_messages(*fragments):
   tf.get_logger().addFilter(
       lambda record: not any(text in record.getMessage()
                              for text in fragments))
+
+
+@functools.lru_cache(maxsize=None)
+def quiet_event_writer_errors():
+  """Keeps the event writer thread's own report of a failed write (its log
+  line and its traceback) off the console: the main thread gets the same
+  error at its next write or flush, and the script makes it one line."""
+  drop_tf_messages('writer thread error')
+  quiet_thread_errors(lambda args: args.thread.name == 'EventLoggerThread')
 
 
 def quiet_thread_errors(is_expected):

@@ -335,17 +335,18 @@ def start_server(task, config):
     The tf.distribute.Server.
 
   Raises:
-    cifar10_cli.UsageError: its port is taken.
+    cifar10_cli.UsageError: it cannot listen at its address.
   """
   try:
     return tf1.train.Server(task.cluster_spec(), job_name=task.job_name,
                             task_index=task.task_index, config=config)
-  except (tf.errors.OpError, ValueError) as e:
+  except tf.errors.UnknownError as e:  # gRPC could not bind the address.
     raise cifar10_cli.UsageError(
-        'Cannot start the %s task %d server at %s: %s. Is the port in use?'
+        'Cannot start the %s task %d server at %s: %s. Is the port in use, '
+        'or the host not this machine?'
         % (task.job_name, task.task_index,
            task.address(task.job_name, task.task_index),
-           str(e).splitlines()[0]))
+           cifar10_cli.tf_reason(e)))
 
 
 def unanswered_peers(task):

@@ -51,7 +51,7 @@ class _FailFastSessionCreator(tf1.train.SessionCreator):
     try:
       return self._creator.create_session()
     except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
-      raise PeerGoneError(str(e).splitlines()[0])
+      raise PeerGoneError(cifar10_cli.tf_reason(e))
 
 
 class StopIfReachedHook(tf1.train.SessionRunHook):

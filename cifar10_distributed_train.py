@@ -129,7 +129,7 @@ def serve_ps(server, task_index, num_workers):
           sess.run(dequeue)
           print('ps task %d: %d of %d workers done.'
                 % (task_index, done + 1, num_workers))
-      except tf.errors.OpError:
+      except tf.errors.CancelledError:
         pass  # The session was closed: stopped by a signal.
     print('ps task %d serving; it exits when all %d workers are done '
           '(Ctrl-C stops it sooner).' % (task_index, num_workers))
@@ -157,8 +157,9 @@ def _signal_done(server, num_ps, num_workers):
     try:
       with tf1.Session(server.target, config=config) as sess:
         sess.run(enqueues, options=tf1.RunOptions(timeout_in_ms=10000))
-    except tf.errors.OpError:
-      pass  # A ps task that is gone needs no token.
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+            tf.errors.AbortedError):
+      pass  # A ps task that is gone (or hangs) needs no token.
 
 
 class StallReportHook(tf1.train.SessionRunHook):

@@ -56,7 +56,7 @@ PRECISION_TAG = 'Precision @ 1'
 
 
 def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
-              global_step):
+              variables):
   """Evaluates one checkpoint: restores it, counts, prints, summarizes.
 
   Args:
@@ -65,14 +65,24 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
     top_k_op: Top K op.
     summary_op: Summary op.
     checkpoint_path: the checkpoint to evaluate.
-    global_step: the step it was saved at, for the summary.
+    variables: what saver restores, {name in the checkpoint: variable}.
 
   Returns:
-    The precision @ 1.
+    The precision @ 1, or None when the checkpoint went while being read.
+
+  Raises:
+    cifar10_cli.UsageError: it went, with --run_once; or the precision
+      could not be written to --eval_dir.
   """
   with tf1.Session(config=cifar10_devices.session_config()) as sess:
-    # The checkpoint's weights into the model.
-    saver.restore(sess, checkpoint_path)
+    try:
+      # The checkpoint's step, and its weights into the model.
+      global_step = check_checkpoint(checkpoint_path, variables)
+      saver.restore(sess, checkpoint_path)
+    except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
+      # The trainer's saver deletes old checkpoints, maybe this one.
+      _checkpoint_gone(checkpoint_path, e)
+      return None
 
     # Count exactly num_examples: the last batch may run past them.
     num_iter = int(math.ceil(FLAGS.num_examples / FLAGS.batch_size))
@@ -88,15 +98,53 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
     print('%s: precision @ 1 = %.3f%s' % (
         datetime.datetime.now(), precision,
         ' (raw weights)' if FLAGS.raw_weights else ''))
-
-    summary = tf1.Summary()
-    summary.ParseFromString(sess.run(summary_op))
-    summary.value.add(tag=PRECISION_TAG + (
-        ' (raw weights)' if FLAGS.raw_weights else ''),
-                      simple_value=precision)
-    summary_writer.add_summary(summary, global_step)
-    summary_writer.flush()
+    summary = sess.run(summary_op)
+  _record(summary_writer, summary, precision, checkpoint_path, global_step)
   return precision
+
+
+def _checkpoint_gone(checkpoint_path, error):
+  """Says that a checkpoint went while being read; the evaluator tries
+  again later.
+
+  Raises:
+    cifar10_cli.UsageError: with --run_once, as there is no later.
+  """
+  if FLAGS.run_once:
+    raise cifar10_cli.UsageError('Cannot read checkpoint %s: %s'
+                                 % (checkpoint_path,
+                                    cifar10_cli.tf_reason(error)))
+  print('%s: Checkpoint %s is gone or incomplete; trying again in %d s.'
+        % (datetime.datetime.now(), checkpoint_path, FLAGS.eval_interval_secs))
+
+
+def _record(summary_writer, summary, precision, checkpoint_path, step):
+  """Writes the model's summaries and the precision to --eval_dir.
+
+  The precision goes last, in a small event of its own: TensorFlow's event
+  writer drops a large record that fails to be written (the images) without
+  a word, and reports a failed write when it flushes what it holds back.
+
+  Raises:
+    cifar10_cli.UsageError: a write into --eval_dir failed.
+  """
+  tag = PRECISION_TAG + (' (raw weights)' if FLAGS.raw_weights else '')
+  try:
+    summary_writer.add_summary(summary, step)
+    summary_writer.add_summary(tf1.Summary(value=[
+        tf1.Summary.Value(tag=tag, simple_value=precision)]), step)
+    summary_writer.flush()
+  except cifar10_cli.WRITE_ERRORS as e:
+    failed = cifar10_cli.failed_write(e, FLAGS.eval_dir)
+    if not failed:
+      raise
+    path, reason = failed
+    cifar10_cli.drop_half_written_record(path)
+    raise cifar10_cli.UsageError(
+        'Failed to write the event file %s: %s. The precision of %s is '
+        'printed above but not recorded; the next evaluation records it. %s'
+        % (path, reason, checkpoint_path,
+           cifar10_cli.write_advice(reason, 'eval_dir', FLAGS.eval_dir)))
 
 
 def moving_average_variables():
@@ -191,30 +239,20 @@ def evaluate():
     variables_to_restore = weights_to_restore(FLAGS.raw_weights)
     saver = tf1.train.Saver(variables_to_restore)
 
-    # The model's summaries (the images, the activations), with each
-    # precision.
+    # The model's summaries (the images, the activations), written with
+    # each precision.
     summary_op = tf1.summary.merge_all()
 
     summary_writer = tf1.summary.FileWriter(FLAGS.eval_dir, g)
+    cifar10_cli.quiet_event_writer_errors()  # _record says it in one line.
 
     last_evaluated = None
     while True:
       checkpoint_path = _latest_checkpoint()
       if checkpoint_path and checkpoint_path != last_evaluated:
-        try:
-          global_step = check_checkpoint(checkpoint_path,
-                                         variables_to_restore)
-          eval_once(saver, summary_writer, top_k_op, summary_op,
-                    checkpoint_path, global_step)
+        if eval_once(saver, summary_writer, top_k_op, summary_op,
+                     checkpoint_path, variables_to_restore) is not None:
           last_evaluated = checkpoint_path
-        except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
-          # The saver may delete an old checkpoint while we read it.
-          if FLAGS.run_once:
-            raise cifar10_cli.UsageError('Cannot read checkpoint %s: %s'
-                                             % (checkpoint_path, e.message))
-          print('%s: Checkpoint %s is gone or incomplete; trying again in '
-                '%d s.' % (datetime.datetime.now(), checkpoint_path,
-                           FLAGS.eval_interval_secs))
       if FLAGS.run_once:
         break
       time.sleep(FLAGS.eval_interval_secs)

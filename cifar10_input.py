@@ -20,6 +20,7 @@ from __future__ import division
 from __future__ import print_function
 
 import errno
+import gzip
 import hashlib
 import http.client
 import os
@@ -27,6 +28,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import zlib
 
 import cifar10_cli
 import numpy as np
@@ -349,6 +351,11 @@ class _ProgressLine(object):
       sys.stdout.flush()
 
 
+# What to do when the download itself fails.
+_CHECK_URL = ('Check --data_url (a file:// URL works for a local copy of '
+              'cifar-10-binary.tar.gz) or extract the archive into --data_dir.')
+
+
 def _download(url, filepath):
   """Downloads url to filepath, via a temporary file, with a progress line.
 
@@ -357,43 +364,66 @@ def _download(url, filepath):
     filepath: where the file ends up.
 
   Raises:
-    DataError: the download failed or was cut short.
+    DataError: the download failed or was cut short, or the file could not
+      be written; nothing is left behind.
   """
   filename = os.path.basename(filepath)
   # A file of its own, so that tasks downloading at once do not mix.
   fd, partial = tempfile.mkstemp(prefix=filename + '.', suffix='.part',
                                  dir=os.path.dirname(filepath))
   try:
-    with os.fdopen(fd, 'wb') as out, _ProgressLine() as progress, \
-        urllib.request.urlopen(url, timeout=60) as response:
-      total = int(response.headers.get('Content-Length') or 0)
-      received = 0
-      while True:
-        chunk = response.read(1 << 20)
-        if not chunk:
-          break
-        out.write(chunk)
-        received += len(chunk)
-        if total:
-          progress.show('>> Downloading %s %.1f%%' %
-                        (filename, 100.0 * received / total))
-        else:
-          progress.show('>> Downloading %s %.1f MB' %
-                        (filename, received / 1e6))
-    if total and received != total:
-      raise IOError('got %d of %d bytes' % (received, total))
-  except (IOError, OSError, ValueError, http.client.HTTPException) as e:
-    if os.path.exists(partial):
-      os.remove(partial)
-    advice = _full_disk_advice(e, filepath) or (
-        'Check --data_url (a file:// URL works for a local copy of '
-        'cifar-10-binary.tar.gz) or extract the archive into --data_dir.')
-    raise DataError('Failed to download %s: %s. %s'
-                    % (url, getattr(e, 'reason', e), advice))
+    with os.fdopen(fd, 'wb') as out, _ProgressLine() as progress:
+      _copy_download(url, out, progress, filepath)
+  except BaseException:
+    os.remove(partial)
+    raise
   os.chmod(partial, 0o644)
   os.rename(partial, filepath)
   print('Successfully downloaded', filename, os.path.getsize(filepath),
         'bytes.')
+
+
+def _copy_download(url, out, progress, filepath):
+  """Copies what url holds to the open file out, showing progress.
+
+  Raises:
+    DataError: the download failed (the URL, the network: _CHECK_URL) or a
+      write to out failed (a full disk: _full_disk_advice).
+  """
+  filename = os.path.basename(filepath)
+  try:
+    response = urllib.request.urlopen(url, timeout=60)
+  except (OSError, ValueError, http.client.HTTPException) as e:
+    # URLError (an OSError), an unknown URL type (ValueError), ...
+    raise DataError('Failed to download %s: %s. %s'
+                    % (url, getattr(e, 'reason', e), _CHECK_URL))
+  with response:
+    total = int(response.headers.get('Content-Length') or 0)
+    received = 0
+    while True:
+      try:
+        chunk = response.read(1 << 20)
+      except (OSError, http.client.HTTPException) as e:  # The connection.
+        raise DataError('Failed to download %s: %s. %s' % (url, e, _CHECK_URL))
+      if not chunk:
+        break
+      try:
+        out.write(chunk)
+      except OSError as e:  # The disk.
+        raise DataError('Failed to download %s: %s. %s' % (
+            url, e, _full_disk_advice(e, filepath) or (
+                'Check that --data_dir=%s can be written to.'
+                % os.path.dirname(filepath))))
+      received += len(chunk)
+      if total:
+        progress.show('>> Downloading %s %.1f%%' %
+                      (filename, 100.0 * received / total))
+      else:
+        progress.show('>> Downloading %s %.1f MB' %
+                      (filename, received / 1e6))
+  if total and received != total:
+    raise DataError('Failed to download %s: got %d of %d bytes. %s'
+                    % (url, received, total, _CHECK_URL))
 
 
 def _full_disk_advice(error, filepath):
@@ -417,8 +447,9 @@ def _extract(filepath, directory):
   """Extracts a .tar.gz archive into directory, with a progress line.
 
   Raises:
-    tarfile.TarError, EOFError, OSError: the archive is damaged, or a
-      write failed.
+    tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile: the archive
+      is damaged.
+    OSError: a write failed.
   """
   size = os.path.getsize(filepath) or 1
   with open(filepath, 'rb') as raw, _ProgressLine() as progress, \
@@ -486,8 +517,13 @@ def maybe_download_and_extract(data_dir, data_url=DATA_URL, data_md5=''):
     except OSError:
       if not os.path.isdir(extracted_dir_path):  # Not a concurrent extractor.
         raise
-  except (tarfile.TarError, EOFError, OSError) as e:
-    advice = _full_disk_advice(e, filepath) or 'Delete it and run again.'
-    raise DataError('Failed to extract %s: %s. %s' % (filepath, e, advice))
+  except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+    # The archive is damaged (BadGzipFile before the OSError it is).
+    raise DataError('Failed to extract %s: %s. Delete it and run again.'
+                    % (filepath, e))
+  except OSError as e:  # Writing the files, or moving them into place.
+    raise DataError('Failed to extract %s: %s. %s' % (
+        filepath, e, _full_disk_advice(e, filepath) or (
+            'Check that --data_dir=%s can be written to.' % dest_directory)))
   finally:
     shutil.rmtree(staging, ignore_errors=True)

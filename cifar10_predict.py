@@ -140,10 +140,14 @@ class Classifier(object):
                             {self.images: contents})
 
   def export(self, export_dir):
-    """Writes the model as a SavedModel, whole or not at all.
+    """Writes the model as a SavedModel, whole or not at all: it is built
+    in a directory beside export_dir and renamed into place.
 
     Args:
       export_dir: a directory that does not exist yet.
+
+    Raises:
+      cifar10_cli.UsageError: a write failed (nothing is left behind).
     """
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
@@ -159,6 +163,14 @@ class Classifier(object):
             signature_def_map={'serving_default': signature})
         builder.save()
       os.rename(os.path.join(staging, 'model'), export_dir)
+    except cifar10_cli.WRITE_ERRORS as e:
+      failed = cifar10_cli.failed_write(e, staging)
+      if not failed:
+        raise
+      raise cifar10_cli.UsageError(
+          'Failed to write the SavedModel to %s: %s. Nothing was left there. '
+          '%s' % (export_dir, failed[1], cifar10_cli.write_advice(
+              failed[1], 'export_dir', export_dir)))
     finally:
       shutil.rmtree(staging, ignore_errors=True)
 
@@ -172,6 +184,68 @@ def _read(path):
     raise IOError(e.message.split(';')[-1].strip())
 
 
+def _undecodable(batch):
+  """The paths of batch's files that TensorFlow cannot decode as images.
+
+  Args:
+    batch: (path, contents) pairs.
+  """
+  undecodable = []
+  with tf.Graph().as_default():
+    contents = tf1.placeholder(tf.string, [])
+    image = cifar10_input.image_from_file(contents)
+    with tf1.Session(config=tf1.ConfigProto(device_count={'GPU': 0})) as sess:
+      for path, one_file in batch:
+        try:
+          sess.run(image, {contents: one_file})
+        except tf.errors.InvalidArgumentError:  # How a decoder refuses.
+          undecodable.append(path)
+  return undecodable
+
+
+def _model_failed(error):
+  """The UsageError for a model that failed on images that decode."""
+  # The flags that change how the model is built, as given.
+  changed = ['--%s=%s' % (name, FLAGS[name].value)
+             for name in sorted(PORTABLE) if FLAGS[name].present]
+  return cifar10_cli.UsageError(
+      'The model failed on images that decode: %s. %s' % (
+          cifar10_cli.tf_reason(error),
+          'It was built with %s: run without %s.' % (
+              ' '.join(changed), 'it' if len(changed) == 1 else 'them')
+          if changed else 'The checkpoint or this TensorFlow is at fault.'))
+
+
+def _probabilities(classifier, batch):
+  """Classifies the files of a batch that decode.
+
+  Args:
+    classifier: the Classifier.
+    batch: (path, contents) pairs.
+
+  Returns:
+    The (path, probabilities) of each file that decodes.
+
+  Raises:
+    cifar10_cli.UsageError: the model failed on images that decode.
+  """
+  try:
+    return list(zip([p for p, _ in batch], classifier.probabilities(
+        [c for _, c in batch])))
+  except tf.errors.OpError as e:
+    undecodable = _undecodable(batch)
+    if not undecodable:
+      raise _model_failed(e)
+  decodable = [(p, c) for p, c in batch if p not in undecodable]
+  if not decodable:
+    return []
+  try:
+    return list(zip([p for p, _ in decodable], classifier.probabilities(
+        [c for _, c in decodable])))
+  except tf.errors.OpError as e:
+    raise _model_failed(e)
+
+
 def classify(classifier, paths):
   """Prints each image's top classes, --batch_size images at a time.
 
@@ -181,6 +255,9 @@ def classify(classifier, paths):
 
   Returns:
     The number of files that could not be read or decoded.
+
+  Raises:
+    cifar10_cli.UsageError: the model failed on images that decode.
   """
   failed = 0
   for start in range(0, len(paths), FLAGS.batch_size):
@@ -193,20 +270,15 @@ def classify(classifier, paths):
         failed += 1
     if not batch:
       continue
-    try:
-      results = zip(batch, classifier.probabilities([c for _, c in batch]))
-    except tf.errors.InvalidArgumentError:
-      # A file that does not decode: one at a time, to name it.
-      results = []
-      for path, contents in batch:
-        try:
-          results.append(((path, contents),
-                          classifier.probabilities([contents])[0]))
-        except tf.errors.InvalidArgumentError:
-          sys.stderr.write('Error: %s: not an image TensorFlow can decode '
-                           '(JPEG, PNG, BMP or GIF).\n' % path)
-          failed += 1
-    for (path, _), probabilities in results:
+    results = dict(_probabilities(classifier, batch))
+    for path, _ in batch:  # In the order given.
+      if path not in results:
+        sys.stdout.flush()
+        sys.stderr.write('Error: %s: not an image TensorFlow can decode '
+                         '(JPEG, PNG, BMP or GIF).\n' % path)
+        failed += 1
+        continue
+      probabilities = results[path]
       top = np.argsort(-probabilities, kind='stable')[:FLAGS.top_k]
       print('%s: %s' % (path, ', '.join(
           '%s %.3f' % (cifar10_input.CLASS_NAMES[c], probabilities[c])

@@ -133,21 +133,33 @@ def _lock_train_dir(train_dir):
     The open lock file, to close when training ends, or None.
 
   Raises:
-    cifar10_cli.UsageError: another live process holds the lock.
+    cifar10_cli.UsageError: another live process holds the lock, or the
+      lock file cannot be made or locked there.
   """
   if '://' in train_dir:
     return None
-  os.makedirs(train_dir, exist_ok=True)
-  lock = open(os.path.join(train_dir, LOCK_FILE), 'a+')
+  path = os.path.join(train_dir, LOCK_FILE)
+  try:
+    os.makedirs(train_dir, exist_ok=True)
+    lock = open(path, 'a+')
+  except OSError as e:
+    raise cifar10_cli.UsageError(
+        'Cannot make the lock file %s: %s. Check that --train_dir=%s can be '
+        'written to.' % (path, e.strerror or e, train_dir))
   try:
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except OSError:
+  except BlockingIOError:  # Another process holds it.
     lock.seek(0)
     holder = lock.read().strip() or 'another process'
     lock.close()
     raise cifar10_cli.UsageError(
         '--train_dir=%s is in use by %s. Wait for it to end or stop it, or '
         'train in another --train_dir.' % (train_dir, holder))
+  except OSError as e:  # This filesystem takes no locks.
+    lock.close()
+    raise cifar10_cli.UsageError(
+        'Cannot lock %s: %s. Give a --train_dir on a local filesystem.'
+        % (path, e.strerror or e))
   lock.truncate(0)
   lock.write('process %d on %s (%s)\n' % (os.getpid(), socket.gethostname(),
                                           ' '.join(sys.argv)))
@@ -155,22 +167,18 @@ def _lock_train_dir(train_dir):
   return lock
 
 
-# TensorFlow reports a failed file write as '<path>; <reason>'.
-_FAILED_WRITE = re.compile(r'(\S+); ([^\n\[]+)')
-
-
 def _failed_write(error, train_dir):
   """Reads a failed write into train_dir out of the error training stopped
-  with, and removes what it left half-written.
+  with (cifar10_cli.failed_write), and removes what it left half-written.
 
   Returns:
     (what, reason): what failed to be written, and why; or None if error
     is not a failed write into train_dir.
   """
-  match = _FAILED_WRITE.search(str(error))
-  if not match or not match.group(1).startswith(train_dir.rstrip('/') + '/'):
+  failed = cifar10_cli.failed_write(error, train_dir)
+  if not failed:
     return None
-  path, reason = match.group(1), match.group(2).strip()
+  path, reason = failed
   checkpoint = re.match(r'.*model\.ckpt-\d+', path)
   if checkpoint:
     temporary = checkpoint.group(0) + '_temp'  # The saver writes here first.
@@ -180,23 +188,19 @@ def _failed_write(error, train_dir):
   if '.tmp' in os.path.basename(path) and tf.io.gfile.exists(path):
     tf.io.gfile.remove(path)
   if '.tfevents.' in path:
+    cifar10_cli.drop_half_written_record(path)
     return 'the event file ' + path, reason
   return path, reason
 
 
 @functools.lru_cache(maxsize=None)
 def _quiet_session_noise():
-  """Keeps two messages of TensorFlow's training session off the console.
-
-  The event writer thread's failed writes: the thread logs the error and
-  prints its traceback; the main thread gets the same error at its next
-  write, and run_training makes it one line. And the deprecation notice
-  of get_checkpoint_mtimes, which the session's restore calls on every
-  resume.
-  """
-  cifar10_cli.drop_tf_messages('writer thread error', 'get_checkpoint_mtimes')
-  cifar10_cli.quiet_thread_errors(
-      lambda args: args.thread.name == 'EventLoggerThread')
+  """Keeps two messages of TensorFlow's training session off the console:
+  the event writer thread's report of a failed write, which run_training
+  makes one line, and the deprecation notice of get_checkpoint_mtimes,
+  which the session's restore calls on every resume."""
+  cifar10_cli.quiet_event_writer_errors()
+  cifar10_cli.drop_tf_messages('get_checkpoint_mtimes')
 
 
 def _chief_hooks(resumed_step, scaffold):
@@ -248,14 +252,40 @@ def _diverged(error, is_chief):
                            FLAGS.initial_learning_rate))
 
 
-def _write_failed(what, reason):
-  """The UsageError for a write into --train_dir that failed (_failed_write)."""
+def _write_error(error):
+  """The UsageError for an error that is a failed write into --train_dir
+  (_failed_write), or None for any other error."""
+  failed = _failed_write(error, FLAGS.train_dir)
+  if not failed:
+    return None
+  what, reason = failed
   return cifar10_cli.UsageError(
       'Failed to write %s: %s. Training stopped; the last good checkpoint, '
-      '%s, is kept and the next run resumes from it. Make room for '
-      '--train_dir=%s and run again.'
+      '%s, is kept and the next run resumes from it. %s'
       % (what, reason, tf1.train.latest_checkpoint(FLAGS.train_dir),
-         FLAGS.train_dir))
+         cifar10_cli.write_advice(reason, 'train_dir', FLAGS.train_dir)))
+
+
+def _run_step(mon_sess, train_op):
+  """Runs one training step; a write into --train_dir that fails there (a
+  checkpoint, a summary) is a UsageError.
+
+  MonitoredSession takes an OutOfRangeError for the end of the input and
+  ends the session as if training were done. The training input repeats
+  for ever, so an OutOfRangeError here is something else: TensorFlow
+  reports a file over a size limit (EFBIG) as one. It must leave the
+  session as another error, or training would stop without a word.
+  """
+  try:
+    mon_sess.run(train_op)
+  except cifar10_cli.WRITE_ERRORS as e:
+    error = _write_error(e)
+    if error:
+      raise error
+    if isinstance(e, tf.errors.OutOfRangeError):
+      raise RuntimeError('Training stopped on an OutOfRangeError, which its '
+                         'input, repeated for ever, never raises: %s' % e)
+    raise
 
 
 def run_training(train_op, loss, examples_per_step, num_towers=1,
@@ -269,8 +299,7 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
     examples_per_step: examples one step consumes over all towers.
     num_towers: towers per step, for the sec/batch figure.
     config: a tf.compat.v1.ConfigProto, or None.
-    scaffold: a tf.compat.v1.train.Scaffold (for a summary op other than
-      all summaries, or a local init op), or None.
+    scaffold: a tf.compat.v1.train.Scaffold (its summary and init ops).
     hooks: more SessionRunHooks.
     log_prefix: text to start each step line with.
     role: how this process takes part; None: alone (LocalRole).
@@ -309,15 +338,16 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
         hooks=all_hooks,
         stop_grace_period_secs=STOP_GRACE_PERIOD_SECS) as mon_sess:
       while not mon_sess.should_stop():
-        mon_sess.run(train_op)
+        _run_step(mon_sess, train_op)
         steps_run += 1
   except cifar10_hooks.NanLossError as e:
     raise _diverged(e, role.is_chief)
-  except Exception as e:  # pylint: disable=broad-except
-    failed = _failed_write(e, FLAGS.train_dir)
-    if not failed:
+  except cifar10_cli.WRITE_ERRORS as e:
+    # A write as the session starts or ends: the first or last checkpoint.
+    error = _write_error(e)
+    if not error:
       raise
-    raise _write_failed(*failed)
+    raise error
   finally:
     if lock:
       lock.close()

@@ -2,6 +2,7 @@
 the trainer, evaluator and predict find what is really there, and nothing
 the user had is lost or changed."""
 
+import glob
 import hashlib
 import os
 import shutil
@@ -159,7 +160,7 @@ def test_damaged_newest_checkpoint_is_passed_over(trained, data_dir, tmp_path,
   before = _md5s(train_dir)
   newest = train_dir + '/model.ckpt-20'
   good = train_dir + '/model.ckpt-10'
-  reason = ('its data is cut short or damaged' if case == 'truncated_data'
+  reason = ('its data is cut short' if case == 'truncated_data'
             else 'its index file model.ckpt-20.index is missing')
 
   evaluated = _evaluate(data_dir, train_dir, tmp_path)
@@ -232,3 +233,39 @@ def test_nothing_readable_is_one_error_line_and_changes_nothing(
               % (step, step)) in lines[0]
   assert _md5s(train_dir) == before
   assert not os.path.exists(os.path.join(train_dir, 'set_aside'))
+
+
+def test_each_unreadable_checkpoint_says_why(trained, tmp_path):
+  """The reason names what was found: a cut, a checksum, a bad index."""
+  def reason(damage):
+    train_dir = str(tmp_path / damage.__name__)
+    shutil.copytree(trained, train_dir)
+    newest = os.path.join(train_dir, 'model.ckpt-20')
+    damage(newest, max(glob.glob(newest + '.data-*'), key=os.path.getsize))
+    return cifar10_checkpoint.unreadable_reason(newest)
+
+  def cut(newest, data):
+    del newest
+    os.truncate(data, os.path.getsize(data) // 2)
+
+  def flipped_byte(newest, data):
+    del newest
+    with open(data, 'r+b') as f:
+      f.seek(os.path.getsize(data) // 2)
+      byte = f.read(1)
+      f.seek(-1, os.SEEK_CUR)
+      f.write(bytes([byte[0] ^ 0xff]))
+
+  def garbage_index(newest, data):
+    del data
+    with open(newest + '.index', 'wb') as f:
+      f.write(b'garbage' * 10)
+
+  assert reason(cut).startswith(
+      'its data is cut short (Read less bytes than requested')
+  damaged = reason(flipped_byte)
+  assert damaged.startswith('its data cannot be read ('), damaged
+  assert 'Checksum does not match' in damaged, damaged
+  assert reason(garbage_index) == (
+      'its index file model.ckpt-20.index cannot be read (not an sstable '
+      '(bad magic number))')

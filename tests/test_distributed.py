@@ -179,7 +179,8 @@ def test_port_in_use_is_one_line(fake_data_dir):
   assert result.returncode == 1
   assert error_lines(result.stderr) == [
       'Error: Cannot start the ps task 0 server at 127.0.0.1:%d: Could not '
-      'start gRPC server. Is the port in use?' % port]
+      'start gRPC server. Is the port in use, or the host not this '
+      'machine?' % port]
 
 
 def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):

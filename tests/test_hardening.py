@@ -8,6 +8,7 @@ import signal
 import socket
 
 import pytest
+import tensorflow as tf
 
 from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
                       run_limited, run_script, start_script)
@@ -27,6 +28,11 @@ PATH_FLAGS = {
 SMALL_FILE_LIMIT = 2000000
 # A checkpoint fits; an event file of some hundred summaries does not.
 CHECKPOINT_FILE_LIMIT = 8700000
+
+# What the error line says to do about a file-size limit, for a directory.
+_FILE_SIZE_ADVICE = ('A file-size limit stopped it (ulimit -f, or a FAT32 '
+                     'volume\'s 4 GB): lift it, or give --train_dir=%s on '
+                     'another filesystem, and run again.')
 
 def _pairs():
   return [(script, name) for script in sorted(PATH_FLAGS)
@@ -146,8 +152,8 @@ def test_failed_checkpoint_write_is_one_line_and_resumable(fake_data_dir,
   assert error_lines(full.stderr) == [
       'Error: Failed to write the checkpoint %s: File too large. Training '
       'stopped; the last good checkpoint, %s, is kept and the next run '
-      'resumes from it. Make room for --train_dir=%s and run again.'
-      % (os.path.join(train_dir, 'model.ckpt-30'), good, train_dir)]
+      'resumes from it. %s' % (os.path.join(train_dir, 'model.ckpt-30'),
+                               good, _FILE_SIZE_ADVICE % train_dir)]
   assert 'Traceback' not in full.stderr
   # Nothing half-written is left.
   assert not [n for n in os.listdir(train_dir) if '_temp' in n]
@@ -155,6 +161,32 @@ def test_failed_checkpoint_write_is_one_line_and_resumable(fake_data_dir,
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert 'Resuming from %s.' % good in resumed.stdout
   assert checkpoint_step(train_dir) == 30
+
+
+def test_a_checkpoint_too_large_mid_run_stops_with_one_line(fake_data_dir,
+                                                            tmp_path):
+  """The saver's write of a file over the size limit fails as an
+  OutOfRangeError, which MonitoredSession would take for the end of the
+  input and stop quietly, status 0."""
+  train_dir = str(tmp_path / 'train')
+  args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8', '--save_checkpoint_steps=10']
+  assert run_script('cifar10_train.py', '--max_steps=20', *args
+                   ).returncode == 0
+  good = os.path.join(train_dir, 'model.ckpt-20')
+  full = run_limited(SMALL_FILE_LIMIT, 'cifar10_train.py', '--max_steps=60',
+                     *args)
+  assert full.returncode == 1, full.stdout[-2000:] + full.stderr[-2000:]
+  assert error_lines(full.stderr) == [
+      'Error: Failed to write the checkpoint %s: File too large. Training '
+      'stopped; the last good checkpoint, %s, is kept and the next run '
+      'resumes from it. %s' % (os.path.join(train_dir, 'model.ckpt-30'),
+                               good, _FILE_SIZE_ADVICE % train_dir)]
+  assert not [n for n in os.listdir(train_dir) if '_temp' in n]
+  resumed = run_script('cifar10_train.py', '--max_steps=40', *args)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert 'Resuming from %s.' % good in resumed.stdout
+  assert checkpoint_step(train_dir) == 40
 
 
 def test_failed_event_write_is_one_line_and_resumable(fake_data_dir,
@@ -179,7 +211,68 @@ def test_failed_event_write_is_one_line_and_resumable(fake_data_dir,
   assert kept.startswith(os.path.join(train_dir, 'model.ckpt-'))
   step = checkpoint_step(train_dir)
   assert kept.endswith('-%d' % step)
+  # Nothing half-written: the event file ends with its last whole record.
+  assert _whole_events(match.group(1))
   resumed = run_script('cifar10_train.py', '--max_steps=%d' % (step + 2),
                        *args)
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert 'Resuming from %s.' % kept in resumed.stdout
+
+
+def _whole_events(path):
+  """The events of an event file, which must hold whole records only."""
+  return list(tf.compat.v1.train.summary_iterator(path))
+
+
+def _trained(fake_data_dir, tmp_path):
+  """A --train_dir with a 10-step checkpoint."""
+  train_dir = str(tmp_path / 'train')
+  assert run_script('cifar10_train.py', '--data_dir=' + fake_data_dir,
+                    '--train_dir=' + train_dir, '--batch_size=8',
+                    '--max_steps=10').returncode == 0
+  return train_dir
+
+
+def test_failed_eval_event_write_is_one_line(fake_data_dir, tmp_path):
+  train_dir = _trained(fake_data_dir, tmp_path)
+  eval_dir = str(tmp_path / 'eval')
+  args = ['--data_dir=' + fake_data_dir, '--checkpoint_dir=' + train_dir,
+          '--eval_dir=' + eval_dir, '--run_once', '--batch_size=8',
+          '--num_examples=16']
+  # The graph fits; the evaluation's images and precision do not.
+  full = run_limited(3000, 'cifar10_eval.py', *args)
+  assert full.returncode == 1, full.stdout[-2000:] + full.stderr[-2000:]
+  assert 'precision @ 1 = ' in full.stdout
+  assert 'Traceback' not in full.stderr and 'Exception in' not in full.stderr
+  lines = error_lines(full.stderr)
+  match = re.match(
+      r'Error: Failed to write the event file (%s/events\.out\.tfevents\.\S+)'
+      r': File too large\. The precision of %s is printed above but not '
+      r'recorded; the next evaluation records it\. A file-size limit '
+      % (re.escape(eval_dir), re.escape(train_dir + '/model.ckpt-10')),
+      '\n'.join(lines))
+  assert match and len(lines) == 1, lines
+  # Nothing half-written: the events written before the failure are whole.
+  assert [e.step for e in _whole_events(match.group(1))] == [0]
+  again = run_script('cifar10_eval.py', *args)
+  assert again.returncode == 0, again.stderr[-2000:]
+  recorded = [(e.step, v.simple_value)
+              for name in os.listdir(eval_dir)
+              for e in _whole_events(os.path.join(eval_dir, name))
+              for v in e.summary.value if v.tag == 'Precision @ 1']
+  assert [step for step, _ in recorded] == [10]
+
+
+def test_failed_export_is_one_line_and_leaves_nothing(fake_data_dir,
+                                                      tmp_path):
+  train_dir = _trained(fake_data_dir, tmp_path)
+  export_dir = str(tmp_path / 'exports' / 'model')
+  full = run_limited(SMALL_FILE_LIMIT, 'cifar10_predict.py',
+                     '--checkpoint_dir=' + train_dir,
+                     '--export_dir=' + export_dir)
+  assert full.returncode == 1, full.stdout[-2000:] + full.stderr[-2000:]
+  assert error_lines(full.stderr) == [
+      'Error: Failed to write the SavedModel to %s: File too large. Nothing '
+      'was left there. %s' % (export_dir, (_FILE_SIZE_ADVICE % export_dir)
+                              .replace('--train_dir', '--export_dir'))]
+  assert os.listdir(str(tmp_path / 'exports')) == []

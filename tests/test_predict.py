@@ -272,3 +272,30 @@ def test_images_are_decoded_on_the_cpu(checkpoint_dir):
   assert decoders  # The map over the files, and the decoders in it.
   for op in decoders:
     assert op.device.upper().endswith('CPU:0'), (op.name, op.device)
+
+
+def test_a_model_failure_is_one_line_with_tensorflows_reason(
+    checkpoint_dir, png_dir, tmp_path, monkeypatch):
+  """Only a failed decode says 'not an image': here every image decodes
+  and the model fails (logits made infinite, which check_numerics
+  refuses), as a kernel the machine lacks would."""
+  import cifar10_cli  # pylint: disable=g-import-not-at-top
+  import cifar10_predict  # pylint: disable=g-import-not-at-top
+  real_inference = cifar10.inference
+  monkeypatch.setattr(cifar10, 'inference', lambda images: (
+      tf.debugging.check_numerics(real_inference(images) * np.inf,
+                                  'the logits')))
+  classifier = cifar10_predict.Classifier(
+      tf.train.latest_checkpoint(checkpoint_dir))
+  bad = tmp_path / 'bad.png'
+  bad.write_bytes(b'not an image')
+  paths = [os.path.join(png_dir, '00.png'), str(bad)]
+  monkeypatch.setattr(cifar10.FLAGS['use_bf16'], 'present', 1)
+  with flagsaver.flagsaver(batch_size=2, use_bf16=True):
+    with pytest.raises(cifar10_cli.UsageError) as error:
+      cifar10_predict.classify(classifier, paths)
+  assert str(error.value).startswith(
+      'The model failed on images that decode: the logits : Tensor had Inf '
+      'values'), str(error.value)
+  assert str(error.value).endswith(
+      'It was built with --use_bf16=True: run without it.')

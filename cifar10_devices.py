@@ -56,17 +56,18 @@ def session_config(num_gpus=1):
   return config
 
 
-def tower_devices(num_towers, virtual=False):
-  """Chooses a device for each tower.
+def tower_devices(num_towers, virtual=False, what='tower'):
+  """Chooses a device for each tower (or each part of a split model).
 
   One GPU per tower where there are enough GPUs. With fewer GPUs and
-  virtual, GPU 0 is split into num_towers virtual GPUs, each with an equal
-  share of its memory; without a GPU, virtual gives tower i its own
-  virtual CPU device /cpu:i, and otherwise all towers share /cpu:0.
+  virtual, GPU 0 is split into num_towers virtual GPUs, sharing its
+  memory; without a GPU, virtual gives tower i its own virtual CPU device
+  /cpu:i, and otherwise all towers share /cpu:0.
 
   Args:
     num_towers: number of towers (--num_gpus).
     virtual: --virtual_gpus: split a device when there are too few.
+    what: what runs on each device, for the lines that say where.
 
   Returns:
     devices: list of num_towers device names.
@@ -87,18 +88,24 @@ def tower_devices(num_towers, virtual=False):
           'virtual GPUs, /gpu:0 to /gpu:%d, which share its memory and its '
           'cores.' % (num_visible, num_towers, num_towers - 1))
     return devices, config
-  if num_visible:
+  if num_visible and what == 'tower':
     raise cifar10_cli.UsageError(
         '--num_gpus=%d, but only %d GPU(s) are visible. Use --num_gpus=%d '
         'or less, or add --virtual_gpus to split GPU 0 into %d virtual '
         'GPUs.' % (num_towers, num_visible, num_visible, num_towers))
+  if num_visible:
+    raise cifar10_cli.UsageError(
+        'The %d %ss need a GPU each, but only %d GPU(s) are visible. Add '
+        '--virtual_gpus to split GPU 0 into %d virtual GPUs.'
+        % (num_towers, what, num_visible, num_towers))
   config.device_count['GPU'] = 0
   if virtual:
     config.device_count['CPU'] = num_towers
-    print('No GPU found: running the %d tower(s) on the CPU, tower i on '
-          'virtual CPU device /cpu:i (they share its cores).' % num_towers)
+    print('No GPU found: running the %d %s(s) on the CPU, %s i on virtual '
+          'CPU device /cpu:i (they share its cores).'
+          % (num_towers, what, what))
     return ['/cpu:%d' % i for i in range(num_towers)], config
-  print('No GPU found: running the %d tower(s) on the CPU.' % num_towers)
+  print('No GPU found: running the %d %s(s) on the CPU.' % (num_towers, what))
   return ['/cpu:0'] * num_towers, config
 
 

@@ -1,11 +1,13 @@
 """The hooks the trainers' sessions run at every step.
 
 The tutorial's step line (LoggerHook), the stop on a NaN loss
-(NanLossHook) and a clean stop on Ctrl-C or SIGTERM (StopOnSignalHook).
+(NanLossHook), a clean stop on Ctrl-C or SIGTERM (StopOnSignalHook), and
+a trace of the steps --trace_steps lists (TraceHook).
 cifar10_session.run_training adds them to its training session:
 
   hooks = [NanLossHook(loss), StopOnSignalHook(),
-           LoggerHook(loss, log_frequency=10, examples_per_step=128)]
+           LoggerHook(loss, log_frequency=10, examples_per_step=128),
+           TraceHook([100, 1000], '/tmp/cifar10_train')]
 """
 
 from __future__ import absolute_import
@@ -14,12 +16,16 @@ from __future__ import print_function
 
 import datetime
 import math
+import os
 import signal
 import sys
 import threading
 import time
 
 import tensorflow as tf
+# The Chrome trace of a step's statistics, as tf.compat.v1.train.ProfilerHook
+# writes it.
+from tensorflow.python.client import timeline  # pylint: disable=g-direct-tensorflow-import
 
 tf1 = tf.compat.v1
 
@@ -136,3 +142,44 @@ class StopOnSignalHook(tf1.train.SessionRunHook):
   def end(self, session):
     for signum, handler in self._previous.items():
       signal.signal(signum, handler)
+
+
+class TraceHook(_StepCounter):
+  """Traces the steps listed: which op ran on which device, and when.
+
+  At each listed global step (the step a step line names), the step runs
+  with a full trace. Its timeline goes to output_dir as a Chrome trace,
+  trace-step-<step>.json (chrome://tracing, ui.perfetto.dev,
+  docs/plot_timeline.py), and its run metadata to the event file there,
+  as run 'step_<step>' of TensorBoard's Graphs tab: compute time, memory
+  and device of every node. Steps not listed run as usual.
+  """
+
+  def __init__(self, steps, output_dir, prefix=''):
+    super(TraceHook, self).__init__()
+    self._steps = set(steps)
+    self._output_dir = output_dir
+    self._prefix = prefix
+
+  def before_run(self, run_context):
+    if self.step not in self._steps:
+      return None
+    return tf1.train.SessionRunArgs(None, options=tf1.RunOptions(
+        trace_level=tf1.RunOptions.FULL_TRACE, output_partition_graphs=True))
+
+  def after_run(self, run_context, run_values):
+    if self.step in self._steps:
+      self._save(self.step, run_values.run_metadata)
+    super(TraceHook, self).after_run(run_context, run_values)
+
+  def _save(self, step, run_metadata):
+    path = os.path.join(self._output_dir, 'trace-step-%d.json' % step)
+    with tf.io.gfile.GFile(path, 'w') as f:
+      f.write(timeline.Timeline(run_metadata.step_stats)
+              .generate_chrome_trace_format(show_memory=True))
+    tf1.summary.FileWriterCache.get(self._output_dir).add_run_metadata(
+        run_metadata, 'step_%d' % step, global_step=step)
+    print('%sStep %d traced: %s (chrome://tracing, ui.perfetto.dev); its run '
+          'metadata is run "step_%d" in TensorBoard\'s Graphs tab.'
+          % (self._prefix, step, path, step))
+    sys.stdout.flush()

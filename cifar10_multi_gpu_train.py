@@ -107,14 +107,15 @@ def average_gradients(tower_grads):
      One list of (mean gradient, variable) pairs.
   """
   average_grads = []
-  for grad_and_vars in zip(*tower_grads):
-    # grad_and_vars holds one variable's gradient from every tower:
-    #   ((grad_tower0, var), (grad_tower1, var), ..., (grad_towerN, var)).
-    # Stack them on a new leading axis and average over it.
-    grad = tf.reduce_mean(tf.stack([g for g, _ in grad_and_vars], axis=0),
-                          axis=0)
-    # The towers share the variable: any tower's pair names it.
-    average_grads.append((grad, grad_and_vars[0][1]))
+  with tf1.name_scope('average_gradients'):
+    for grad_and_vars in zip(*tower_grads):
+      # grad_and_vars holds one variable's gradient from every tower:
+      #   ((grad_tower0, var), (grad_tower1, var), ..., (grad_towerN, var)).
+      # Stack them on a new leading axis and average over it.
+      grad = tf.reduce_mean(tf.stack([g for g, _ in grad_and_vars], axis=0),
+                            axis=0)
+      # The towers share the variable: any tower's pair names it.
+      average_grads.append((grad, grad_and_vars[0][1]))
   return average_grads
 
 

@@ -75,6 +75,14 @@ def define_trainer_flags(max_steps):
   flags.DEFINE_integer('save_summaries_steps', 100,
                        'Write TensorBoard summaries every this many steps.',
                        lower_bound=1)
+  flags.DEFINE_list('trace_steps', [],
+                    'Global steps to trace, e.g. 100,1000: each one\'s '
+                    'timeline goes to --train_dir as trace-step-N.json '
+                    '(chrome://tracing), its run metadata to TensorBoard\'s '
+                    'Graphs tab. Empty: none.')
+  flags.register_validator(
+      'trace_steps', lambda steps: all(s.isdigit() for s in steps),
+      message='give global steps, numbers from 0, comma-separated')
 
 
 def reached_max_steps(step, log_prefix=''):
@@ -203,17 +211,21 @@ def _quiet_session_noise():
   cifar10_cli.drop_tf_messages('get_checkpoint_mtimes')
 
 
-def _chief_hooks(resumed_step, scaffold):
-  """What MonitoredTrainingSession gives a chief: checkpoints, summaries
-  and global_step/sec in --train_dir.
+def _chief_hooks(role, resumed_step, scaffold, log_prefix):
+  """What MonitoredTrainingSession gives a chief (checkpoints, summaries
+  and global_step/sec in --train_dir), and the traces of --trace_steps.
 
   Args:
+    role: the process's role; a process that is not the chief gets none.
     resumed_step: the step of the checkpoint resumed from, or None; it is
       not saved again.
     scaffold: the session's scaffold (its summary op and saver).
+    log_prefix: text to start each line with.
   """
+  if not role.is_chief:
+    return []
   train_dir = FLAGS.train_dir
-  return [
+  hooks = [
       cifar10_checkpoint.CheckpointSaverHook(
           resumed_step, train_dir, save_steps=FLAGS.save_checkpoint_steps,
           scaffold=scaffold),
@@ -221,6 +233,10 @@ def _chief_hooks(resumed_step, scaffold):
                                 every_n_steps=FLAGS.save_summaries_steps),
       tf1.train.SummarySaverHook(save_steps=FLAGS.save_summaries_steps,
                                  output_dir=train_dir, scaffold=scaffold)]
+  if FLAGS.trace_steps:
+    hooks.append(cifar10_hooks.TraceHook(
+        [int(step) for step in FLAGS.trace_steps], train_dir, log_prefix))
+  return hooks
 
 
 def _prepare_resume():
@@ -301,7 +317,7 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
     config: a tf.compat.v1.ConfigProto, or None.
     scaffold: a tf.compat.v1.train.Scaffold (its summary and init ops).
     hooks: more SessionRunHooks.
-    log_prefix: text to start each step line with.
+    log_prefix: text to start each line with.
     role: how this process takes part; None: alone (LocalRole).
 
   Returns:
@@ -330,7 +346,7 @@ def run_training(train_op, loss, examples_per_step, num_towers=1,
       signal_hook,
       cifar10_hooks.LoggerHook(loss, FLAGS.log_frequency, examples_per_step,
                                num_towers, log_prefix),
-  ] + (_chief_hooks(resumed_step, scaffold) if role.is_chief else [])
+  ] + _chief_hooks(role, resumed_step, scaffold, log_prefix)
   steps_run = 0
   try:
     with tf1.train.MonitoredSession(

@@ -17,6 +17,7 @@ from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
 PATH_FLAGS = {
     'cifar10_train.py': ['data_dir', 'train_dir'],
     'cifar10_multi_gpu_train.py': ['data_dir', 'train_dir'],
+    'cifar10_model_parallel_train.py': ['data_dir', 'train_dir'],
     'cifar10_distributed_train.py': ['data_dir', 'train_dir'],
     'cifar10_eval.py': ['data_dir', 'checkpoint_dir', 'eval_dir'],
     'cifar10_predict.py': ['data_dir', 'checkpoint_dir', 'export_dir'],

@@ -1,0 +1,123 @@
+"""A binary to train CIFAR-10 with one model split over two devices.
+
+Model parallelism, to set beside the multi-GPU trainer's data
+parallelism: there each device runs the whole model on a batch of its
+own; here each device runs a part of the one model on the one batch.
+
+Usage:
+  python cifar10_model_parallel_train.py --train_dir=/tmp/cifar10_mp
+  python cifar10_model_parallel_train.py --virtual_gpus   # one GPU, or none
+
+System concept:
+
+           /cpu:0: global step, input pipeline, learning rate
+                 | batch
+                 v
+   +------------------------+   pool2's    +--------------------------+
+   | device 0               | activations  | device 1                 |
+   | conv1 pool1 norm1      | -----------> | local3 local4            |
+   | conv2 norm2 pool2      | <----------- | softmax_linear, the loss |
+   | their variables,       |  their grad  | their variables,         |
+   | gradients and update   |              | gradients and update     |
+   +------------------------+              +--------------------------+
+
+Device 1 waits while device 0 runs the convolutions forward, and device
+0 waits while device 1 runs the dense layers and the loss, forward and
+backward: one batch flows through the two parts in turn. So this does
+not make the step faster; what it buys is memory: a model too big for
+one device fits on two. The checkpoints are the single-tower trainer's,
+variable for variable, and cifar10_eval.py evaluates them unchanged.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import re
+
+import cifar10  # First: it quiets TensorFlow's start-up logging.
+import cifar10_cli
+import cifar10_devices
+import cifar10_session
+import cifar10_train
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+flags.DEFINE_boolean('virtual_gpus', False,
+                     'With one GPU, split it into two virtual GPUs, one for '
+                     'each part of the model; without a GPU, use two '
+                     'virtual CPU devices, /cpu:0 and /cpu:1.')
+flags.adopt_module_key_flags(cifar10_train)  # The single tower's flags.
+
+# The model's layers (its name scopes) that each device runs, with their
+# gradients; the loss goes with the last layers.
+PARTS = (('conv1', 'pool1', 'norm1', 'conv2', 'norm2', 'pool2'),
+         ('local3', 'local4', 'softmax_linear', 'cross_entropy_per_example',
+          'cross_entropy', 'total_loss'))
+
+
+def layer_placer(devices):
+  """Returns a device function that puts each layer on its part's device.
+
+  A layer's ops, its variables (the device function overrides the
+  /cpu:0 that cifar10.py asks for them) and its gradient's ops (named
+  'gradients/<layer>/...' or 'gradients/<layer>_grad/...') go where PARTS
+  puts the layer; the other ops of the backward pass, where it starts from
+  the loss, go with the loss. The updates of the variables follow them
+  (TensorFlow colocates them); anything else is left to the device scopes
+  around it.
+
+  Args:
+    devices: the two devices, one per part.
+  """
+  def device_of(op):
+    backward = op.name.startswith('gradients/')
+    name = op.name[len('gradients/'):] if backward else op.name
+    layer = re.sub(r'_grad$', '', name.split('/')[0])
+    for part, device in zip(PARTS, devices):
+      if layer in part:
+        return device
+    return devices[-1] if backward else op.device
+  return device_of
+
+
+def build_train_op(devices):
+  """Builds the split model and its training step in the default graph.
+
+  Args:
+    devices: the two devices, one per part.
+
+  Returns:
+    train_op: op for one training step.
+    loss: the total loss tensor.
+  """
+  # The single-tower trainer's graph, input, model, loss and training step,
+  # each layer with its variables on the device of its part. The
+  # activations between the parts, and their gradient, are copied from one
+  # device to the other.
+  with tf1.device(layer_placer(devices)):
+    return cifar10_train.build_train_op()
+
+
+def train():
+  """Builds the graph and trains it until --max_steps."""
+  with tf.Graph().as_default():
+    devices, config = cifar10_devices.tower_devices(
+        len(PARTS), FLAGS.virtual_gpus, what='part')
+    train_op, loss = build_train_op(devices)
+    cifar10_session.run_training(
+        train_op, loss, examples_per_step=FLAGS.batch_size, config=config)
+
+
+def main(argv=None):  # pylint: disable=unused-argument
+  if cifar10_session.reached_max_steps(None):
+    return
+  cifar10.maybe_download_and_extract()
+  train()
+
+
+if __name__ == '__main__':
+  cifar10_cli.run_main(main)

@@ -1,0 +1,64 @@
+"""cifar10_model_parallel_train.py: one model's layers on two devices, a
+falling loss, and checkpoints the evaluator reads unchanged."""
+
+import os
+
+from absl.testing import flagsaver
+import tensorflow as tf
+
+import cifar10_model_parallel_train as model_parallel
+from conftest import STEP_LINE, run_script
+
+tf1 = tf.compat.v1
+
+
+def test_layers_and_their_variables_and_gradients_on_their_parts_device(
+    fake_data_dir):
+  devices = ['/device:CPU:0', '/device:CPU:1']
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
+      tf.Graph().as_default() as graph:
+    model_parallel.build_train_op(['/cpu:0', '/cpu:1'])
+    # An op without a device (a variable's read) goes where its inputs
+    # are; one colocated with another goes where that one goes.
+    placed = {op.name: tf.DeviceSpec.from_string(op.device).to_string()
+              for op in graph.get_operations()
+              if op.device and
+              op.colocation_groups() == [b'loc:@' + op.name.encode()]}
+  first, second = model_parallel.PARTS
+  for name, device in placed.items():
+    if '/Initializer/' in name:
+      continue  # Made in an init scope, outside every device function.
+    layer = name.replace('gradients/', '', 1).split('/')[0]
+    layer = layer[:-len('_grad')] if layer.endswith('_grad') else layer
+    if layer in first:
+      assert device == devices[0], (name, device)
+    elif layer in second:
+      assert device == devices[1], (name, device)
+  # The heavy ops, forward and backward, and the variables.
+  for name, part in [('conv2/Conv2D', 0), ('local3/MatMul', 1),
+                     ('conv1/weights', 0), ('softmax_linear/weights', 1),
+                     ('cross_entropy', 1)]:
+    assert placed[name] == devices[part], name
+  backprop = [name for name in placed if name.startswith('gradients/conv2/')
+              and 'Conv2DBackprop' in name]
+  assert backprop and {placed[n] for n in backprop} == {devices[0]}
+
+
+def test_trains_with_falling_loss_and_evaluates(real_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  result = run_script('cifar10_model_parallel_train.py', '--virtual_gpus',
+                      '--batch_size=32', '--max_steps=100',
+                      '--data_dir=' + real_data_dir,
+                      '--train_dir=' + train_dir)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert ('running the 2 part(s) on the CPU, part i on virtual CPU device '
+          '/cpu:i' in result.stdout)
+  losses = [float(m.group(2)) for m in STEP_LINE.finditer(result.stdout)]
+  assert len(losses) == 10 and losses[-1] < losses[0] - 0.1, losses
+  evaluated = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
+                         '--checkpoint_dir=' + train_dir, '--run_once',
+                         '--eval_dir=' + str(tmp_path / 'eval'),
+                         '--num_examples=500')
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert 'precision @ 1 = ' in evaluated.stdout
+  assert os.path.exists(os.path.join(train_dir, 'model.ckpt-100.index'))

@@ -22,7 +22,15 @@ import cifar10_cli
 import tensorflow as tf
 
 tf1 = tf.compat.v1
-FLAGS = tf1.flags.FLAGS
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+flags.DEFINE_boolean('virtual_gpus', False,
+                     'With fewer GPUs than the trainer needs devices (a tower '
+                     'each, or a part of the model each), split GPU 0 into '
+                     'that many virtual GPUs, which share its memory; without '
+                     'a GPU, give each its own virtual CPU device /cpu:i '
+                     'instead of all /cpu:0.')
 
 # GPUs from this compute capability on have bfloat16 tensor cores (Ampere).
 BF16_GPU_CAPABILITY = (8, 0)

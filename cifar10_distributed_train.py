@@ -225,6 +225,9 @@ class SyncReplicas(object):
         variable_averages=cifar10.variable_averages(global_step),
         variables_to_average=tf1.trainable_variables())
     train_op = self.optimizer.apply_gradients(grads, global_step=global_step)
+    # The session checks this op; a run already at --max_steps checks none,
+    # and a graph only built (tests) none either: neither is a mistake.
+    self.optimizer.ready_for_local_init_op.mark_used()
     cifar10.variable_summaries(grads)
     return train_op
 
@@ -349,8 +352,6 @@ def _ps_mode_hooks(task, sync):
     # give two).
     hooks.append(sync.optimizer.make_session_run_hook(task.is_chief,
                                                       num_tokens=0))
-    # The session checks this; a run already at --max_steps starts none.
-    sync.optimizer.ready_for_local_init_op.mark_used()
   return hooks
 
 

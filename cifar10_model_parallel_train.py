@@ -46,10 +46,7 @@ tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-flags.DEFINE_boolean('virtual_gpus', False,
-                     'With one GPU, split it into two virtual GPUs, one for '
-                     'each part of the model; without a GPU, use two '
-                     'virtual CPU devices, /cpu:0 and /cpu:1.')
+flags.adopt_module_key_flags(cifar10_devices)  # --virtual_gpus
 flags.adopt_module_key_flags(cifar10_train)  # The single tower's flags.
 
 # The model's layers (its name scopes) that each device runs, with their

@@ -53,11 +53,7 @@ FLAGS = flags.FLAGS
 
 cifar10_session.define_trainer_flags(max_steps=1000000)
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use.', lower_bound=1)
-flags.DEFINE_boolean('virtual_gpus', False,
-                     'With fewer GPUs than --num_gpus, split GPU 0 into '
-                     '--num_gpus virtual GPUs, each with an equal share of '
-                     'its memory; without a GPU, run tower i on its own '
-                     'virtual CPU device /cpu:i instead of all on /cpu:0.')
+flags.adopt_module_key_flags(cifar10_devices)  # --virtual_gpus
 flags.adopt_module_key_flags(cifar10_replicated)  # --variable_update
 flags.adopt_module_key_flags(cifar10)
 flags.adopt_module_key_flags(cifar10_session)

@@ -25,10 +25,8 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
-import os
-
-# Keep TensorFlow's C++ start-up chatter off the console; errors still show.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+# First, before TensorFlow starts: its logging, its oneDNN kernels.
+import cifar10_env  # pylint: disable=unused-import
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf

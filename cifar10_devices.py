@@ -16,9 +16,9 @@ from __future__ import division
 from __future__ import print_function
 
 import functools
-import os
 
 import cifar10_cli
+import cifar10_env
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -169,11 +169,7 @@ def describe_gpus():
 
 def _cpu_has_bf16_units():
   """Returns whether this CPU has bfloat16 units (AVX512_BF16 or AMX)."""
-  cpu_flags = set()
-  if os.path.exists('/proc/cpuinfo'):
-    with open('/proc/cpuinfo') as f:
-      cpu_flags = set(f.read().split())
-  return bool(cpu_flags & {'avx512_bf16', 'amx_bf16'})
+  return bool(cifar10_env.cpu_flags() & {'avx512_bf16', 'amx_bf16'})
 
 
 def precision_notice(use_fp16, use_bf16):

@@ -15,9 +15,10 @@ hooks (cifar10_hooks.py):
     cifar10_cli.run_main(main)
 
 It resumes from the latest readable checkpoint, stops at --max_steps, logs
-every --log_frequency steps, writes summaries and checkpoints, saves a
-checkpoint on Ctrl-C or SIGTERM, holds a lock on --train_dir, and turns a
-diverged loss or a failed write into one line. A process trains alone
+every --log_frequency steps, writes summaries and checkpoints, traces the
+steps --trace_steps lists, saves a checkpoint on Ctrl-C or SIGTERM, holds a
+lock on --train_dir, and turns a diverged loss or a failed write into one
+line. A process trains alone
 (LocalRole) unless the distributed trainer gives it a worker's role in a
 cluster (cifar10_distributed_session.WorkerRole).
 """

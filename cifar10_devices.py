@@ -172,6 +172,12 @@ def _cpu_has_bf16_units():
   return bool(cifar10_env.cpu_flags() & {'avx512_bf16', 'amx_bf16'})
 
 
+def _gpus_before(capability):
+  """The visible GPUs of a compute capability below capability, described
+  as describe_gpus() describes them."""
+  return [gpu for gpu, its in describe_gpus() if its < capability]
+
+
 def precision_notice(use_fp16, use_bf16):
   """The notice that a chosen mixed precision will be slow here, or None.
 
@@ -187,8 +193,7 @@ def precision_notice(use_fp16, use_bf16):
     return ('Note: --use_fp16 is meant for GPUs; CPUs compute float16 '
             'convolutions many times slower than float32.')
   if use_fp16:
-    slow = [gpu for gpu, capability in describe_gpus()
-            if capability < FP16_GPU_CAPABILITY]
+    slow = _gpus_before(FP16_GPU_CAPABILITY)
     if slow:
       return ('Note: --use_fp16 on %s: GPUs before compute capability %d.%d '
               '(Volta) have no float16 tensor cores, so it may run no faster '
@@ -199,8 +204,7 @@ def precision_notice(use_fp16, use_bf16):
     return ('Note: --use_bf16 on a machine with neither bfloat16 CPU units '
             '(avx512_bf16, amx_bf16) nor a GPU: it will run slower than '
             'float32.')
-  slow = [gpu for gpu, capability in describe_gpus()
-          if capability < BF16_GPU_CAPABILITY]
+  slow = _gpus_before(BF16_GPU_CAPABILITY)
   if slow:
     return ('Note: --use_bf16 on %s: GPUs before compute capability %d.%d '
             'have no bfloat16 tensor cores, so it will run slower than '

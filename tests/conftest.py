@@ -262,6 +262,24 @@ class LineReader(object):
     return ''.join(self.lines)
 
 
+def build_towers(batches, devices, variable_update):
+  """The multi-GPU trainer's towers on given batches and devices, in either
+  way of sharing the variables, built under /cpu:0 as its build_graph
+  builds them.
+
+  Returns:
+    (train_op, the last tower's loss, the scaffold).
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import cifar10_multi_gpu_train as multi  # pylint: disable=g-import-not-at-top
+  import cifar10_replicated  # pylint: disable=g-import-not-at-top
+  with tf.device('/cpu:0'):
+    if variable_update == cifar10_replicated.REPLICATED:
+      return cifar10_replicated.build_train_op(batches, devices,
+                                               multi.tower_loss)
+    return multi.build_train_op(batches, devices)
+
+
 def checkpoint_step(train_dir):
   """Global step of the latest checkpoint in train_dir, or None."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

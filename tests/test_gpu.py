@@ -25,8 +25,8 @@ import cifar10_options
 import cifar10_predict
 import cifar10_replicated
 import cifar10_train
-from conftest import (NO_GPU, STEP_LINE, make_fake_data, run_script,
-                      start_script)
+from conftest import (NO_GPU, STEP_LINE, build_towers, make_fake_data,
+                      run_script, start_script)
 
 tf1 = tf.compat.v1
 
@@ -382,12 +382,7 @@ def test_replicated_equals_parameter_server_on_two_gpus(real_data_dir):
       devices, config = cifar10_devices.tower_devices(2, virtual=True)
       assert devices == ['/gpu:0', '/gpu:1']
       tensors = [(tf.constant(i), tf.constant(l)) for i, l in batches]
-      with tf.device('/cpu:0'):
-        if update == 'replicated':
-          train_op, _, scaffold = cifar10_replicated.build_train_op(
-              tensors, devices, multi.tower_loss)
-        else:
-          train_op, _, scaffold = multi.build_train_op(tensors, devices)
+      train_op, _, scaffold = build_towers(tensors, devices, update)
       with tf1.Session(config=config) as sess:
         sess.run(tf1.global_variables_initializer())
         if initial is None:

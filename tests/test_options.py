@@ -14,10 +14,8 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_devices
-import cifar10_multi_gpu_train as multi
 import cifar10_options
-import cifar10_replicated
-from conftest import error_lines, run_script
+from conftest import build_towers, error_lines, run_script
 
 tf1 = tf.compat.v1
 
@@ -188,12 +186,7 @@ def _multi_graph(batches, variable_update):
   assert devices == ['/cpu:0', '/cpu:1']  # See cpu_only.
   dtype = cifar10_options.compute_dtype()
   tensors = [(tf.cast(i, dtype), tf.constant(l)) for i, l in batches]
-  with tf.device('/cpu:0'):
-    if variable_update == cifar10_replicated.REPLICATED:
-      train_op, loss, scaffold = cifar10_replicated.build_train_op(
-          tensors, devices, multi.tower_loss)
-    else:
-      train_op, loss, scaffold = multi.build_train_op(tensors, devices)
+  train_op, loss, scaffold = build_towers(tensors, devices, variable_update)
   return (train_op, loss,
           scaffold.local_init_op or tf1.local_variables_initializer(), config)
 

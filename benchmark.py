@@ -45,14 +45,14 @@ import re
 import time
 
 from absl.testing import flagsaver
-import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_cli
-import cifar10_devices
+import cifar10
 import cifar10_eval
 import cifar10_input
-import cifar10_lrn
 import cifar10_multi_gpu_train as multi
 import cifar10_train
+from machinery import cli
+from machinery import errors
+from machinery import hardware
 import numpy as np
 import tensorflow as tf
 
@@ -103,7 +103,7 @@ def train_flops_per_example():
 
 
 def matmul_peak():
-  """Returns the GFLOP/s of a float32 4096x4096 matmul, median of 10, as
+  """Measures the GFLOP/s of a float32 4096x4096 matmul, median of 10, as
   the training rows run float32 (see _float32_matmuls)."""
   n = MATMUL_SIZE
   with tf.Graph().as_default():
@@ -111,7 +111,7 @@ def matmul_peak():
     b = tf1.get_variable('b', [n, n], initializer=tf1.ones_initializer())
     # Reduce to a scalar on the device, so no copy of the result is timed.
     product = tf.reduce_sum(tf.matmul(a, b))
-    with tf1.Session(config=cifar10_devices.session_config()) as sess:
+    with tf1.Session(config=hardware.session_config()) as sess:
       sess.run(tf1.global_variables_initializer())
       sess.run(product)
       times = []
@@ -123,20 +123,20 @@ def matmul_peak():
 
 
 def _float32_matmuls():
-  """How float32 matmuls run here: 'float32', or 'float32 as TF32' where a
+  """Tells how float32 matmuls run here: 'float32', or 'float32 as TF32' where a
   GPU multiplies them in TF32 (a 10-bit mantissa), as TensorFlow does by
   default from Ampere on (tf.config.experimental.
   enable_tensor_float_32_execution turns it off)."""
   if tf.config.experimental.tensor_float_32_execution_enabled() and any(
       capability >= TF32_GPU_CAPABILITY
-      for _, capability in cifar10_devices.describe_gpus()):
+      for _, capability in hardware.describe_gpus()):
     return 'float32 as TF32'
   return 'float32'
 
 
 def _gpus_line():
   """Names the GPUs TensorFlow sees, or says there is none."""
-  gpus = cifar10_devices.describe_gpus()
+  gpus = hardware.describe_gpus()
   if not gpus:
     return 'no GPU visible: every row runs on the CPU'
   return 'GPUs: ' + '; '.join(gpu for gpu, _ in gpus)
@@ -168,7 +168,7 @@ def _graph_row(builder):
     inits = [tf1.global_variables_initializer(),
              local_init or tf1.local_variables_initializer()]
   sess = tf1.Session(graph=graph,
-                     config=config or cifar10_devices.session_config())
+                     config=config or hardware.session_config())
   for init in inits:
     sess.run(init)
   return sess, fetch, examples_per_step
@@ -200,7 +200,7 @@ def _timed_graph(builder):
 
 
 def _eager_device():
-  """Where Keras runs its model: the first GPU if there is one."""
+  """Names where Keras runs its model: the first GPU if there is one."""
   return 'GPU:0' if tf.config.list_logical_devices('GPU') else 'CPU:0'
 
 
@@ -242,7 +242,7 @@ def profile_train(steps):
 
 
 def op_times(step_stats):
-  """The time of each op of a traced step, each counted once.
+  """Reads the time of each op of a traced step, each counted once.
 
   A CPU's ops are its device's records. A GPU's are recorded twice: as the
   executor launches them (device '.../device:GPU:0', microseconds of
@@ -279,7 +279,7 @@ def op_times(step_stats):
 
 def _single_tower():
   train_op, _ = cifar10_train.build_train_op()
-  return train_op, FLAGS.batch_size, cifar10_devices.session_config(), None
+  return train_op, FLAGS.batch_size, hardware.session_config(), None
 
 
 def _multi(num_towers):
@@ -300,7 +300,7 @@ def _eval():
 
 
 def keras_model(policy='float32'):
-  """The tutorial's model written the usual Keras way.
+  """Builds the tutorial's model the usual Keras way.
 
   Same layers, initializers, weight decay (Keras' l2 is sum(w**2), TF's
   l2_loss half that) and LRN (tf.nn.lrn in a Lambda layer, in float32:
@@ -319,9 +319,8 @@ def keras_model(policy='float32'):
     return tf.keras.initializers.TruncatedNormal(stddev=stddev)
   def lrn():
     return layers.Lambda(lambda x: tf.cast(tf.nn.lrn(
-        tf.cast(x, tf.float32), cifar10_lrn.DEPTH_RADIUS,
-        bias=cifar10_lrn.BIAS, alpha=cifar10_lrn.ALPHA,
-        beta=cifar10_lrn.BETA), x.dtype), dtype=policy)
+        tf.cast(x, tf.float32), 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75),
+        x.dtype), dtype=policy)
   decay = tf.keras.regularizers.l2(0.004 / 2)
   constant = tf.keras.initializers.Constant
   return tf.keras.Sequential([
@@ -349,7 +348,7 @@ def keras_model(policy='float32'):
 
 
 def _keras_jit_compile():
-  """--keras_jit_compile as Keras' compile() takes it."""
+  """Returns --keras_jit_compile as Keras' compile() takes it."""
   return {'auto': 'auto', 'true': True, 'false': False}[
       FLAGS.keras_jit_compile]
 
@@ -360,7 +359,7 @@ def _keras_dataset():
 
 
 def _keras_fit(policy):
-  """model.fit, a call per window, timed by a callback at each batch end.
+  """Times model.fit, a call per window, by a callback at each batch end.
 
   Args:
     policy: the Keras dtype policy (see keras_model).
@@ -393,7 +392,7 @@ def _keras_fit(policy):
 
 
 def _keras_loop(policy):
-  """A custom tf.function train step over the same Keras model.
+  """Times a custom tf.function train step over the same Keras model.
 
   Args:
     policy: the Keras dtype policy (see keras_model).
@@ -470,19 +469,19 @@ def _print_profile(profile):
 
 
 def _check_rows():
-  """Raises cifar10_cli.UsageError for --rows the other flags cannot run."""
+  """Raises errors.UsageError for --rows the other flags cannot run."""
   unknown = set(FLAGS.rows) - set(ROWS)
   if unknown:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'Unknown --rows %s; choose from %s.'
         % (','.join(sorted(unknown)), ','.join(ROWS)))
   bf16_rows = {'train_bf16', 'split_bf16'} & set(FLAGS.rows)
   if FLAGS.use_fp16 and bf16_rows:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         '--use_fp16 cannot run the bfloat16 rows (%s): leave them out of '
         '--rows.' % ','.join(sorted(bf16_rows)))
   if 'split_bf16' in FLAGS.rows and FLAGS.batch_size % 2:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'The split_bf16 row splits --batch_size=%d over 2 towers: give an '
         'even --batch_size.' % FLAGS.batch_size)
 
@@ -527,6 +526,15 @@ def _print_table(timers, rates, peak, flops):
                                    medians[ours] / medians[keras]))
 
 
+def _bf16_rows_notice():
+  """Prints that the bfloat16 rows will be slow here, where they will (as
+  --use_bf16 says it for the scripts)."""
+  if {'train_bf16', 'split_bf16'} & set(FLAGS.rows) and not FLAGS.use_bf16:
+    notice = hardware.precision_notice(use_fp16=False, use_bf16=True)
+    if notice:
+      print(notice)
+
+
 def main(argv=None):  # pylint: disable=unused-argument
   _check_rows()
   cifar10.maybe_download_and_extract()
@@ -538,6 +546,7 @@ def main(argv=None):  # pylint: disable=unused-argument
         'MFLOP per example' % (peak, _float32_matmuls(), MATMUL_SIZE,
                                MATMUL_SIZE, flops / 1e6))
   print(_gpus_line())
+  _bf16_rows_notice()
   timers = {}
   for row in FLAGS.rows:
     print('setting up %s, %d warm-up steps' % (row, FLAGS.warmup))
@@ -558,4 +567,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10_cli.run_main(main)
+  cli.run_main(main)

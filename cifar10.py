@@ -16,24 +16,22 @@ Summary of available functions:
  train_op = train(loss, global_step)
 
 The data comes from cifar10_input.py, the options for speed (mixed
-precision, the layout, XLA) from cifar10_options.py. Importing this module
-parses no command line: until a script parses its flags, every flag reads
-as its default.
+precision, the layout, XLA) from machinery/options.py. Importing this
+module parses no command line: until a script parses its flags, every
+flag reads as its default.
 """
 
 from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
-# First, before TensorFlow starts: its logging, its oneDNN kernels.
-import cifar10_env  # pylint: disable=unused-import
-
-import numpy as np  # pylint: disable=g-import-not-at-top
-import tensorflow as tf
-
 import cifar10_input
-import cifar10_lrn
-import cifar10_options
+from machinery import download
+from machinery import lrn
+from machinery import options
+from machinery import summaries
+import numpy as np
+import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
@@ -62,13 +60,13 @@ flags.DEFINE_string('data_dir', '/tmp/cifar10_data',
                     'Path to the CIFAR-10 data directory.')
 flags.DEFINE_float('initial_learning_rate', INITIAL_LEARNING_RATE,
                    'Initial learning rate of the decay schedule.')
-flags.DEFINE_string('data_url', cifar10_input.DATA_URL,
+flags.DEFINE_string('data_url', download.DATA_URL,
                     'Where to get the CIFAR-10 binary archive when data_dir '
                     'lacks it: an http(s):// or file:// URL.')
 flags.DEFINE_string('data_md5', '',
                     'md5 the archive must have; empty: the official md5 for '
                     'the official URL, no check for other URLs.')
-flags.adopt_module_key_flags(cifar10_options)
+flags.adopt_module_key_flags(options)
 
 
 def flag(name):
@@ -76,37 +74,17 @@ def flag(name):
   return FLAGS[name].value
 
 
-def scalar_summary(tag, value):
-  """Adds a scalar summary tagged exactly `tag`, whatever the name scope
-  (tf.summary.scalar would prefix a tower's 'tower_i/'); the op itself
-  stays in the scope, so a trainer can pick one tower's summaries."""
-  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
-                        tf.raw_ops.ScalarSummary(tags=tag, values=value))
-
-
-def histogram_summary(tag, values):
-  """Adds a histogram summary tagged exactly `tag` (see scalar_summary)."""
-  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
-                        tf.raw_ops.HistogramSummary(tag=tag, values=values))
-
-
-def tower_summary_op(scope):
-  """Merges one tower's summaries (name scope `scope`, 'tower_i/') with
-  those the towers share (learning rate, histograms), leaving out the
-  other towers' copies of the same tags."""
-  return tf1.summary.merge([
-      s for s in tf1.get_collection(tf1.GraphKeys.SUMMARIES)
-      if s.op.name.startswith(scope) or
-      not s.op.name.startswith(TOWER_NAME + '_')])
-
-
 def _activation_summary(x):
-  """Summarizes a layer's output x: a histogram of its values, and the
-  fraction of them that are zero (its sparsity)."""
+  """Summarizes a layer's output: a histogram of its values, and the
+  fraction of them that are zero (its sparsity).
+
+  Args:
+    x: the layer's output tensor.
+  """
   # Tag by the layer's name alone: 'conv1', not 'tower_0/conv1/conv1'.
   layer_name = x.op.name.split('/')[-1]
-  histogram_summary(layer_name + '/activations', x)
-  scalar_summary(layer_name + '/sparsity', tf.nn.zero_fraction(x))
+  summaries.histogram_summary(layer_name + '/activations', x)
+  summaries.scalar_summary(layer_name + '/sparsity', tf.nn.zero_fraction(x))
 
 
 def _variable_on_cpu(name, shape, initializer):
@@ -127,11 +105,11 @@ def _variable_on_cpu(name, shape, initializer):
   with tf.device('/cpu:0'):
     var = tf1.get_variable(name, shape, initializer=initializer,
                            dtype=tf.float32)
-  return tf.cast(var, cifar10_options.compute_dtype())
+  return tf.cast(var, options.compute_dtype())
 
 
 def _variable_with_weight_decay(name, shape, stddev, wd):
-  """A variable on /cpu:0 drawn from a truncated normal, with weight decay.
+  """Creates a variable on /cpu:0 from a truncated normal, with weight decay.
 
   The weight decay, wd * l2_loss of the variable (in float32), goes into
   the 'losses' collection, which loss() sums; wd None adds none.
@@ -155,7 +133,7 @@ def _variable_with_weight_decay(name, shape, stddev, wd):
 
 
 def distorted_batches(num_batches):
-  """Distorted training batches, distinct ones, from one input pipeline.
+  """Constructs distinct distorted training batches from one input pipeline.
 
   Args:
     num_batches: how many batches each step takes (one per tower).
@@ -167,12 +145,12 @@ def distorted_batches(num_batches):
   batches = cifar10_input.distorted_batches(
       data_dir=flag('data_dir'), batch_size=flag('batch_size'),
       num_batches=num_batches)
-  dtype = cifar10_options.compute_dtype()
+  dtype = options.compute_dtype()
   return [(tf.cast(images, dtype), labels) for images, labels in batches]
 
 
 def distorted_inputs():
-  """One distorted training batch (see distorted_batches).
+  """Constructs one distorted training batch (see distorted_batches).
 
   Returns:
     images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
@@ -182,7 +160,7 @@ def distorted_inputs():
 
 
 def inputs(eval_data):
-  """Evaluation batches: central crops, in file order.
+  """Constructs evaluation batches: central crops, in file order.
 
   Args:
     eval_data: bool, True for the test set, False for the training set.
@@ -194,11 +172,11 @@ def inputs(eval_data):
   images, labels = cifar10_input.inputs(
       eval_data=eval_data, data_dir=flag('data_dir'),
       batch_size=flag('batch_size'))
-  return tf.cast(images, cifar10_options.compute_dtype()), labels
+  return tf.cast(images, options.compute_dtype()), labels
 
 
 def _max_pool(x, name, data_format):
-  """The tutorial's 3x3 max pooling with stride 2."""
+  """Pools x as the tutorial does: 3x3 windows, stride 2, the maximum."""
   channels_first = data_format == 'NCHW'
   return tf.nn.max_pool2d(
       x, ksize=[1, 1, 3, 3] if channels_first else [1, 3, 3, 1],
@@ -206,8 +184,9 @@ def _max_pool(x, name, data_format):
       padding='SAME', data_format=data_format, name=name)
 
 
+@options.compiled  # With --xla, the model and its gradients go to XLA.
 def inference(images):
-  """Build the CIFAR-10 model.
+  """Builds the CIFAR-10 model.
 
   Args:
     images: Images returned from distorted_inputs() or inputs(), NHWC.
@@ -215,93 +194,89 @@ def inference(images):
   Returns:
     Logits, [batch_size, NUM_CLASSES].
   """
-  # We instantiate all variables using tf.get_variable() instead of
-  # tf.Variable() in order to share variables across multiple GPU training
-  # runs: every tower that builds this model under a reusing variable scope
-  # gets the same variables, by name. On a single GPU, tf.Variable() would do.
-  fmt = cifar10_options.data_format()
-  cifar10_options.precision_notice()
-  with cifar10_options.compile_scope():
-    if fmt == 'NCHW':
-      images = tf.transpose(images, [0, 3, 1, 2])
-    # conv1
-    with tf1.variable_scope('conv1') as scope:
-      kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
-                                           stddev=5e-2, wd=None)
-      conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME',
-                          data_format=fmt)
-      biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0))
-      pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
-      conv1 = tf.nn.relu(pre_activation, name=scope.name)
-      _activation_summary(conv1)
+  # Every variable is made by tf.get_variable(), never tf.Variable(): in a
+  # reusing variable scope it finds the variable of that name instead of
+  # making a new one, so every tower of the multi-GPU trainer that builds
+  # this model trains the same variables. One tower alone needs no sharing.
+  fmt = options.data_format()  # NHWC or NCHW, for the device it runs on.
+  if fmt == 'NCHW':
+    images = tf.transpose(images, [0, 3, 1, 2])
 
-    # pool1
-    pool1 = _max_pool(conv1, 'pool1', fmt)
-    # norm1
-    norm1 = cifar10_lrn.lrn(pool1, 'norm1', fmt)
+  # conv1
+  with tf1.variable_scope('conv1') as scope:
+    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
+                                         stddev=5e-2, wd=None)
+    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME',
+                        data_format=fmt)
+    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0))
+    pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
+    conv1 = tf.nn.relu(pre_activation, name=scope.name)
+    _activation_summary(conv1)
 
-    # conv2
-    with tf1.variable_scope('conv2') as scope:
-      kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
-                                           stddev=5e-2, wd=None)
-      conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME',
-                          data_format=fmt)
-      biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1))
-      pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
-      conv2 = tf.nn.relu(pre_activation, name=scope.name)
-      _activation_summary(conv2)
+  # pool1
+  pool1 = _max_pool(conv1, 'pool1', fmt)
+  # norm1 (tf.nn.lrn's function, made fast on CPUs: machinery/lrn.py)
+  norm1 = lrn.lrn(pool1, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
+                  name='norm1', data_format=fmt)
 
-    # norm2
-    norm2 = cifar10_lrn.lrn(conv2, 'norm2', fmt)
-    # pool2
-    pool2 = _max_pool(norm2, 'pool2', fmt)
-    if fmt == 'NCHW':
-      # Flatten in NHWC order, so the weights below mean the same in both
-      # layouts and checkpoints are interchangeable.
-      pool2 = tf.transpose(pool2, [0, 2, 3, 1])
+  # conv2
+  with tf1.variable_scope('conv2') as scope:
+    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
+                                         stddev=5e-2, wd=None)
+    conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME',
+                        data_format=fmt)
+    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1))
+    pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
+    conv2 = tf.nn.relu(pre_activation, name=scope.name)
+    _activation_summary(conv2)
 
-    # local3
-    with tf1.variable_scope('local3') as scope:
-      # Move everything into depth so we can perform a single matrix multiply.
-      # (Any batch size: the exported model takes a batch of any length.)
-      dim = int(np.prod(pool2.get_shape()[1:]))
-      reshape = tf.reshape(pool2, [-1, dim])
-      weights = _variable_with_weight_decay('weights', shape=[dim, 384],
-                                            stddev=0.04, wd=0.004)
-      biases = _variable_on_cpu('biases', [384],
-                                tf1.constant_initializer(0.1))
-      local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases,
-                          name=scope.name)
-      _activation_summary(local3)
+  # norm2
+  norm2 = lrn.lrn(conv2, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
+                  name='norm2', data_format=fmt)
+  # pool2
+  pool2 = _max_pool(norm2, 'pool2', fmt)
+  if fmt == 'NCHW':
+    # Flatten in NHWC order, so the weights below mean the same in both
+    # layouts and checkpoints are interchangeable.
+    pool2 = tf.transpose(pool2, [0, 2, 3, 1])
 
-    # local4
-    with tf1.variable_scope('local4') as scope:
-      weights = _variable_with_weight_decay('weights', shape=[384, 192],
-                                            stddev=0.04, wd=0.004)
-      biases = _variable_on_cpu('biases', [192],
-                                tf1.constant_initializer(0.1))
-      local4 = tf.nn.relu(tf.matmul(local3, weights) + biases,
-                          name=scope.name)
-      _activation_summary(local4)
+  # local3
+  with tf1.variable_scope('local3') as scope:
+    # Each image's 6x6x64 activations as one row of 2304, so that one
+    # matmul serves the batch (of any size: the exported model takes any).
+    dim = int(np.prod(pool2.get_shape()[1:]))
+    reshape = tf.reshape(pool2, [-1, dim])
+    weights = _variable_with_weight_decay('weights', shape=[dim, 384],
+                                          stddev=0.04, wd=0.004)
+    biases = _variable_on_cpu('biases', [384], tf1.constant_initializer(0.1))
+    local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases, name=scope.name)
+    _activation_summary(local3)
 
-    # linear layer(WX + b),
-    # We don't apply softmax here because
-    # tf.nn.sparse_softmax_cross_entropy_with_logits accepts the unscaled
-    # logits and performs the softmax internally for efficiency.
-    with tf1.variable_scope('softmax_linear') as scope:
-      weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
-                                            stddev=1 / 192.0, wd=None)
-      biases = _variable_on_cpu('biases', [NUM_CLASSES],
-                                tf1.constant_initializer(0.0))
-      softmax_linear = tf.add(tf.matmul(local4, weights), biases,
-                              name=scope.name)
-      _activation_summary(softmax_linear)
+  # local4
+  with tf1.variable_scope('local4') as scope:
+    weights = _variable_with_weight_decay('weights', shape=[384, 192],
+                                          stddev=0.04, wd=0.004)
+    biases = _variable_on_cpu('biases', [192], tf1.constant_initializer(0.1))
+    local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
+    _activation_summary(local4)
+
+  # softmax_linear: the logits, W x + b, with no softmax: the loss takes
+  # them as they are (sparse_softmax_cross_entropy_with_logits applies the
+  # softmax itself, faster and more stable than a softmax here).
+  with tf1.variable_scope('softmax_linear') as scope:
+    weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
+                                          stddev=1 / 192.0, wd=None)
+    biases = _variable_on_cpu('biases', [NUM_CLASSES],
+                              tf1.constant_initializer(0.0))
+    softmax_linear = tf.add(tf.matmul(local4, weights), biases,
+                            name=scope.name)
+    _activation_summary(softmax_linear)
 
   return softmax_linear
 
 
 def loss(logits, labels):
-  """The mean cross entropy plus the weight decay terms, in float32.
+  """Adds the mean cross entropy to the weight decay terms, in float32.
 
   Args:
     logits: Logits from inference().
@@ -324,7 +299,7 @@ def loss(logits, labels):
 
 
 def _add_loss_summaries(total_loss):
-  """Summaries of every loss term and the total, raw and moving-averaged.
+  """Adds summaries of every loss term and the total, raw and averaged.
 
   Args:
     total_loss: the total loss from loss().
@@ -339,14 +314,15 @@ def _add_loss_summaries(total_loss):
 
   # The raw value as '<name> (raw)', the moving average as the plain name.
   for l in losses + [total_loss]:
-    scalar_summary(l.op.name + ' (raw)', l)
-    scalar_summary(l.op.name, loss_averages.average(l))
+    summaries.scalar_summary(l.op.name + ' (raw)', l)
+    summaries.scalar_summary(l.op.name, loss_averages.average(l))
 
   return loss_averages_op
 
 
 def learning_rate(global_step, examples_per_step):
-  """The tutorial's staircase decay, counting epochs in examples.
+  """Decays the learning rate in the tutorial's staircase, epochs counted
+  in examples.
 
   Args:
     global_step: the global step tensor.
@@ -360,23 +336,24 @@ def learning_rate(global_step, examples_per_step):
   lr = tf1.train.exponential_decay(
       flag('initial_learning_rate'), global_step, decay_steps,
       LEARNING_RATE_DECAY_FACTOR, staircase=True)
-  scalar_summary('learning_rate', lr)
+  summaries.scalar_summary('learning_rate', lr)
   return lr
 
 
 def optimizer(lr):
-  """The tutorial's gradient descent at lr; with --use_fp16, loss scaling
-  (cifar10_options.loss_scale), its scale summarized as 'loss_scale'."""
+  """Makes the tutorial's gradient descent at lr; with --use_fp16, with loss
+  scaling (options.loss_scale), its scale summarized as 'loss_scale'."""
   opt = tf1.train.GradientDescentOptimizer(lr)
-  scale = cifar10_options.loss_scale()
+  scale = options.loss_scale()
   if scale is None:
     return opt
-  scalar_summary('loss_scale', scale())
+  summaries.scalar_summary('loss_scale', scale())
   return tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, scale)
 
 
 def variable_averages(global_step):
-  """The variables' moving averages (eval's weights), warmed up by step."""
+  """Makes the variables' moving averages (eval's weights), warmed up by
+  the step."""
   return tf1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY, global_step)
 
 
@@ -384,10 +361,10 @@ def variable_summaries(grads):
   """Adds histograms of every trainable variable and of its gradient, from
   the (gradient, variable) pairs grads."""
   for var in tf1.trainable_variables():
-    histogram_summary(var.op.name, var)
+    summaries.histogram_summary(var.op.name, var)
   for grad, var in grads:
     if grad is not None and var.trainable:
-      histogram_summary(var.op.name + '/gradients', grad)
+      summaries.histogram_summary(var.op.name + '/gradients', grad)
 
 
 def apply_gradients(opt, grads, global_step):
@@ -415,7 +392,7 @@ def apply_gradients(opt, grads, global_step):
 
 
 def train(total_loss, global_step):
-  """One step of gradient descent, then the variables' moving averages.
+  """Builds one step of gradient descent, then the moving averages.
 
   Args:
     total_loss: Total loss from loss().
@@ -439,7 +416,7 @@ def train(total_loss, global_step):
 
 
 def maybe_download_and_extract():
-  """Gets the data into --data_dir, or raises cifar10_input.DataError
-  (cifar10_input.maybe_download_and_extract)."""
-  cifar10_input.maybe_download_and_extract(
+  """Downloads and extracts the data into --data_dir, or raises
+  errors.DataError (machinery/download.py)."""
+  download.maybe_download_and_extract(
       flag('data_dir'), flag('data_url'), flag('data_md5'))

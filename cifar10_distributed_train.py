@@ -21,7 +21,7 @@ resumes from the chief's checkpoint.
 Either way worker 0 is the chief: it initializes or restores the model
 and writes checkpoints and summaries to --train_dir. The cluster is given
 by --ps_hosts, --worker_hosts, --job_name and --task_index, or by the
-TF_CONFIG environment variable (cifar10_cluster.py).
+TF_CONFIG environment variable (machinery/cluster.py).
 
 Usage, 1 ps + 2 workers on one machine (one command per terminal):
   H='--ps_hosts=127.0.0.1:2222 --worker_hosts=127.0.0.1:2223,127.0.0.1:2224'
@@ -51,14 +51,18 @@ import signal
 import threading
 import time
 
-import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_cli
-import cifar10_cluster
-import cifar10_devices
-import cifar10_distributed_session
+import cifar10
 import cifar10_multi_gpu_train as multi
 import cifar10_replicated
-import cifar10_session
+from machinery import cli
+from machinery import cluster
+from machinery import console
+from machinery import errors
+from machinery import hardware
+from machinery import session
+from machinery import step_hooks
+from machinery import summaries
+from machinery import worker_session
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -75,7 +79,7 @@ flags.DEFINE_list('worker_hosts', [], 'Workers, host:port,...; the first '
                   'is the chief. Without host lists: TF_CONFIG\'s cluster.')
 for _hosts in ('ps_hosts', 'worker_hosts'):
   flags.register_validator(
-      _hosts, lambda hosts: all(cifar10_cluster.is_host_port(h)
+      _hosts, lambda hosts: all(cluster.is_host_port(h)
                                 for h in hosts),
       message='give each task as host:port, the port a number 1-65535')
 flags.DEFINE_boolean('sync_replicas', True,
@@ -98,7 +102,8 @@ POLL_SECS = 0.5
 
 
 def _done_queue(ps_task, num_workers):
-  """The queue on ps task ps_task where each worker puts a done token."""
+  """Makes the queue on ps task ps_task where each worker puts a done
+  token."""
   with tf.device('/job:ps/task:%d' % ps_task):
     return tf1.FIFOQueue(num_workers, tf.int32,
                          shared_name='done_queue_%d' % ps_task)
@@ -190,7 +195,7 @@ def _wait_for_chief(server, task, config):
 
   Args:
     server: this worker's tf.distribute.Server.
-    task: the worker's cifar10_cluster.Task.
+    task: the worker's cluster.Task.
     config: its session config.
   """
   uninitialized = tf1.report_uninitialized_variables(tf1.global_variables())
@@ -203,7 +208,7 @@ def _wait_for_chief(server, task, config):
 
 
 class SyncReplicas(object):
-  """One update from a gradient of every worker (--sync_replicas).
+  """Makes one update from a gradient of every worker (--sync_replicas).
 
   TensorFlow's SyncReplicasOptimizer gathers the workers' gradients on the
   ps tasks, applies their mean once all have come, and then, on the chief,
@@ -218,7 +223,9 @@ class SyncReplicas(object):
     self.optimizer = None
 
   def apply_gradients(self, opt, grads, global_step):
-    """cifar10_multi_gpu_train.build_train_op's apply_gradients."""
+    """Applies the mean of every worker's gradients as one update (as
+    cifar10.apply_gradients does one worker's), the moving averages on
+    the chief."""
     self.optimizer = tf1.train.SyncReplicasOptimizer(
         opt, replicas_to_aggregate=self._num_workers,
         total_num_replicas=self._num_workers,
@@ -235,8 +242,11 @@ class SyncReplicas(object):
 def build_worker_graph(task, local_devices, batches=None):
   """Builds a worker's graph for parameter-server mode, in the default graph.
 
+  The multi-GPU trainer's towers and average on the worker; the variables
+  on the ps tasks; with --sync_replicas, one update from every worker.
+
   Args:
-    task: the worker's cifar10_cluster.Task.
+    task: the worker's cluster.Task.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
     batches: list of (images, labels) per tower; None: the input pipeline.
 
@@ -254,30 +264,39 @@ def build_worker_graph(task, local_devices, batches=None):
       cluster=task.cluster_spec())):
     if batches is None:
       batches = cifar10.distorted_batches(FLAGS.num_gpus)
-    return multi.build_train_op(
-        batches, local_devices,
-        # One synchronous step takes a batch from every worker.
-        num_workers=num_workers if sync else 1,
-        apply_gradients=(sync.apply_gradients if sync
-                         else cifar10.apply_gradients)) + (sync,)
+    global_step = tf1.train.get_or_create_global_step()
+    # The learning rate counts the examples of one update: with
+    # --sync_replicas a batch from every worker.
+    examples_per_step = sum(int(images.shape[0]) for images, _ in batches)
+    opt = cifar10.optimizer(cifar10.learning_rate(
+        global_step, examples_per_step * (num_workers if sync else 1)))
+    # The multi-GPU trainer's towers, averaged on this worker.
+    tower_grads, loss, scope = multi.tower_gradients(opt, batches,
+                                                     local_devices)
+    grads = multi.average_gradients(tower_grads)
+    apply_gradients = sync.apply_gradients if sync else cifar10.apply_gradients
+    train_op = apply_gradients(opt, grads, global_step)
+    return train_op, loss, tf1.train.Scaffold(summary_op=(
+        summaries.tower_summary_op(scope, cifar10.TOWER_NAME))), sync
 
 
 def _on_worker(task, device):
-  """device ('/gpu:1') on this worker: '/job:worker/task:i/device:GPU:1'."""
+  """Names device ('/gpu:1') on this worker:
+  '/job:worker/task:i/device:GPU:1'."""
   return tf.DeviceSpec.from_string(
       '/job:worker/task:%d' % task.task_index).make_merged_spec(
           tf.DeviceSpec.from_string(device)).to_string()
 
 
 def broadcast_from_chief(task, variables):
-  """The op that gives every worker the chief's values of variables.
+  """Makes the op that gives every worker the chief's values of variables.
 
   A collective broadcast on each worker's CPU, a variable at a time, in
   the order of the list, which is the same on every worker (they build the
   same graph). The chief sends; the others receive and assign.
 
   Args:
-    task: this worker's cifar10_cluster.Task.
+    task: this worker's cluster.Task.
     variables: the global variables.
 
   Returns:
@@ -306,7 +325,7 @@ def build_allreduce_graph(task, local_devices, batches=None):
   of all workers; the chief's values broadcast after initialization.
 
   Args:
-    task: the worker's cifar10_cluster.Task.
+    task: the worker's cluster.Task.
     local_devices: the towers' devices on the worker, all distinct.
     batches: list of (images, labels) per tower; None: the input pipeline.
 
@@ -321,18 +340,21 @@ def build_allreduce_graph(task, local_devices, batches=None):
         multi.tower_loss, num_workers=len(task.worker_hosts),
         broadcast=lambda variables: broadcast_from_chief(task, variables),
         timeout_secs=FLAGS.peer_timeout_secs,
-        gpus_shared=cifar10_cluster.gpus_shared(
+        gpus_shared=cluster.gpus_shared(
             task, FLAGS.num_gpus,
             len(tf.config.list_physical_devices('GPU'))))
 
 
 def _ps_mode_hooks(task, sync):
-  """The parameter-server mode's hooks: the stall report, and with
+  """Makes the parameter-server mode's hooks: the stall report, and with
   --sync_replicas the optimizer's (it also readies the queues).
 
   Args:
-    task: the worker's cifar10_cluster.Task.
+    task: the worker's cluster.Task.
     sync: the graph's SyncReplicas, or None.
+
+  Returns:
+    A list of SessionRunHooks.
   """
   num_workers = len(task.worker_hosts)
   hooks = [StallReportHook(
@@ -345,7 +367,7 @@ def _ps_mode_hooks(task, sync):
     # The optimizer's queue runner waits for the next step's gradients
     # when training ends; closing the session cancels it, which is how it
     # ends, not an error to print.
-    cifar10_cli.quiet_thread_errors(
+    console.quiet_thread_errors(
         lambda args: issubclass(args.exc_type, tf.errors.CancelledError))
     # No tokens to start with: each worker gives one gradient to each
     # update, then waits for the next (the chief could use spare tokens to
@@ -355,17 +377,45 @@ def _ps_mode_hooks(task, sync):
   return hooks
 
 
+def mode_of(task):
+  """Chooses how the workers share the variables: PARAMETER_SERVER or
+  REPLICATED (all-reduce), the values of --variable_update
+  (cifar10_replicated.py).
+
+  An explicit --variable_update must fit the cluster; without one, the
+  cluster decides: ps tasks, parameter-server mode; none, all-reduce.
+
+  Raises:
+    errors.UsageError: --variable_update does not fit the cluster.
+  """
+  if not FLAGS['variable_update'].present:
+    return (cifar10_replicated.PARAMETER_SERVER if task.ps_hosts
+            else cifar10_replicated.REPLICATED)
+  if FLAGS.variable_update == cifar10_replicated.REPLICATED and task.ps_hosts:
+    raise errors.UsageError(
+        '--variable_update=replicated keeps the variables on the workers and '
+        'all-reduces between them: give no ps tasks (%d are given, from %s).'
+        % (len(task.ps_hosts), task.source))
+  if (FLAGS.variable_update == cifar10_replicated.PARAMETER_SERVER and
+      not task.ps_hosts):
+    raise errors.UsageError(
+        '--variable_update=parameter_server needs ps tasks: give '
+        '--ps_hosts, or use --variable_update=replicated to all-reduce '
+        'between the workers.')
+  return FLAGS.variable_update
+
+
 def train(server, task, mode, local_devices, config, make_batches=None,
           hooks=()):
   """Trains as this worker until the global step reaches --max_steps.
 
   Args:
     server: this worker's tf.distribute.Server.
-    task: the worker's cifar10_cluster.Task; worker 0 is the chief.
+    task: the worker's cluster.Task; worker 0 is the chief.
     mode: --variable_update as the cluster has it: PARAMETER_SERVER or
       REPLICATED (of cifar10_replicated), all-reduce between workers.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
-    config: the worker's tower ConfigProto (cifar10_devices.tower_devices).
+    config: the worker's tower ConfigProto (hardware.tower_devices).
     make_batches: None for the input pipeline, or a function returning
       the list of (images, labels) per tower (tests).
     hooks: more SessionRunHooks (tests).
@@ -374,12 +424,12 @@ def train(server, task, mode, local_devices, config, make_batches=None,
     The number of steps this worker ran.
 
   Raises:
-    cifar10_cli.UsageError: all-reduce, and a peer is gone.
+    errors.PeerGoneError: all-reduce, and a peer is gone.
   """
   all_reduce = mode == cifar10_replicated.REPLICATED
-  role = cifar10_distributed_session.WorkerRole(server.target, task.is_chief,
-                                                own_variables=all_reduce)
-  config = cifar10_cluster.session_config(task, mode, config)
+  role = worker_session.WorkerRole(server.target, task,
+                                   own_variables=all_reduce)
+  config = cluster.session_config(task, all_reduce, config)
   hooks = list(hooks) + role.hooks()
   with tf.Graph().as_default():
     batches = make_batches() if make_batches else None
@@ -392,48 +442,59 @@ def train(server, task, mode, local_devices, config, make_batches=None,
       hooks += _ps_mode_hooks(task, sync)
       if not task.is_chief:
         _wait_for_chief(server, task, config)
-    try:
-      return cifar10_session.run_training(
-          train_op, loss, examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-          num_towers=FLAGS.num_gpus, config=config, scaffold=scaffold,
-          hooks=hooks, log_prefix='Worker %d: ' % task.task_index, role=role)
-    except cifar10_distributed_session.PEER_ERRORS + (
-        cifar10_distributed_session.PeerGoneError,):
-      if not all_reduce:
-        raise
-      raise cifar10_distributed_session.peer_gone_error(task)
+    step = role.resume_step(config, scaffold)
+    if step is not None and session.reached_max_steps(step, role.log_prefix):
+      return 0
+
+    # The multi-GPU trainer's session and loop, as this worker of the
+    # cluster; the step line counts this worker's examples.
+    steps = 0
+    with session.training_session(
+        hooks=hooks + [
+            tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
+            step_hooks.NanLossHook(loss),
+            step_hooks.LoggerHook(
+                loss, FLAGS.log_frequency,
+                examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+                num_towers=FLAGS.num_gpus, prefix=role.log_prefix)],
+        config=config, scaffold=scaffold, role=role,
+        log_prefix=role.log_prefix) as mon_sess:
+      while not mon_sess.should_stop():
+        mon_sess.run(train_op)
+        steps += 1
+    return steps
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  task = cifar10_cluster.from_flags_or_tf_config()
-  mode = cifar10_cluster.mode_of(task)
-  print(task.describe(mode))
+  task = cluster.from_flags_or_tf_config()
+  mode = mode_of(task)
+  all_reduce = mode == cifar10_replicated.REPLICATED
+  print(task.describe(all_reduce))
   num_workers = len(task.worker_hosts)
   if task.job_name == 'ps':
-    server = cifar10_cluster.start_server(
-        task, cifar10_cluster.server_config(task, mode, None))
+    server = cluster.start_server(
+        task, cluster.server_config(task, all_reduce, None))
     serve_ps(server, task.task_index, num_workers)
     return
   cifar10.maybe_download_and_extract()
-  local_devices, config = cifar10_devices.tower_devices(
-      FLAGS.num_gpus,
-      FLAGS.virtual_gpus or mode == cifar10_replicated.REPLICATED)
-  gpus = cifar10_cluster.local_gpus(
+  local_devices, config = hardware.tower_devices(
+      FLAGS.num_gpus, FLAGS.virtual_gpus or all_reduce)
+  gpus = cluster.local_gpus(
       task, FLAGS.num_gpus, len(tf.config.list_physical_devices('GPU')))
   if gpus:
     config.gpu_options.visible_device_list = gpus
     print('Worker %d: GPUs %s of this machine, which it shares with other '
           'workers.' % (task.task_index, gpus))
-  server = cifar10_cluster.start_server(
-      task, cifar10_cluster.server_config(task, mode, config))
+  server = cluster.start_server(
+      task, cluster.server_config(task, all_reduce, config))
   try:
     steps = train(server, task, mode, local_devices, config)
   finally:
-    if mode == cifar10_replicated.PARAMETER_SERVER:
+    if not all_reduce:
       _signal_done(server, len(task.ps_hosts), num_workers)
   print('Worker %d: done after %d steps of its own (%d examples).'
         % (task.task_index, steps, steps * FLAGS.batch_size * FLAGS.num_gpus))
 
 
 if __name__ == '__main__':
-  cifar10_cli.run_main(main)
+  cli.run_main(main)

@@ -23,10 +23,13 @@ import datetime
 import math
 import time
 
-import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_checkpoint
-import cifar10_cli
-import cifar10_devices
+import cifar10
+from machinery import checkpoints
+from machinery import cli
+from machinery import console
+from machinery import errors
+from machinery import hardware
+from machinery import writes
 import numpy as np
 import tensorflow as tf
 
@@ -38,8 +41,8 @@ flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
                     'Directory where to write event logs.')
 flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval'],
                   'Either test or train_eval.')
-flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
-                    'Directory where to read model checkpoints.')
+checkpoints.define_checkpoint_dir_flag()
+flags.declare_key_flag('checkpoint_dir')
 flags.DEFINE_integer('eval_interval_secs', 60 * 5,
                      'How often to run the eval.', lower_bound=1)
 flags.DEFINE_integer('num_examples', 10000,
@@ -71,13 +74,14 @@ def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
     The precision @ 1, or None when the checkpoint went while being read.
 
   Raises:
-    cifar10_cli.UsageError: it went, with --run_once; or the precision
-      could not be written to --eval_dir.
+    errors.CheckpointError: it went, with --run_once, or it is not this
+      model's.
+    errors.WriteError: the precision could not be written to --eval_dir.
   """
-  with tf1.Session(config=cifar10_devices.session_config()) as sess:
+  with tf1.Session(config=hardware.session_config()) as sess:
     try:
       # The checkpoint's step, and its weights into the model.
-      global_step = check_checkpoint(checkpoint_path, variables)
+      global_step = checkpoints.check_checkpoint(checkpoint_path, variables)
       saver.restore(sess, checkpoint_path)
     except (tf.errors.NotFoundError, tf.errors.DataLossError) as e:
       # The trainer's saver deletes old checkpoints, maybe this one.
@@ -108,12 +112,11 @@ def _checkpoint_gone(checkpoint_path, error):
   again later.
 
   Raises:
-    cifar10_cli.UsageError: with --run_once, as there is no later.
+    errors.CheckpointError: with --run_once, as there is no later.
   """
   if FLAGS.run_once:
-    raise cifar10_cli.UsageError('Cannot read checkpoint %s: %s'
-                                 % (checkpoint_path,
-                                    cifar10_cli.tf_reason(error)))
+    raise errors.CheckpointError('Cannot read checkpoint %s: %s'
+                                 % (checkpoint_path, errors.tf_reason(error)))
   print('%s: Checkpoint %s is gone or incomplete; trying again in %d s.'
         % (datetime.datetime.now(), checkpoint_path, FLAGS.eval_interval_secs))
 
@@ -126,7 +129,7 @@ def _record(summary_writer, summary, precision, checkpoint_path, step):
   a word, and reports a failed write when it flushes what it holds back.
 
   Raises:
-    cifar10_cli.UsageError: a write into --eval_dir failed.
+    errors.WriteError: a write into --eval_dir failed.
   """
   tag = PRECISION_TAG + (' (raw weights)' if FLAGS.raw_weights else '')
   try:
@@ -134,31 +137,17 @@ def _record(summary_writer, summary, precision, checkpoint_path, step):
     summary_writer.add_summary(tf1.Summary(value=[
         tf1.Summary.Value(tag=tag, simple_value=precision)]), step)
     summary_writer.flush()
-  except cifar10_cli.WRITE_ERRORS as e:
-    failed = cifar10_cli.failed_write(e, FLAGS.eval_dir)
-    if not failed:
+  except writes.WRITE_ERRORS as e:
+    error = writes.write_error(
+        e, 'eval_dir', then='The precision of %s is printed above but not '
+        'recorded; the next evaluation records it.' % checkpoint_path)
+    if not error:
       raise
-    path, reason = failed
-    cifar10_cli.drop_half_written_record(path)
-    raise cifar10_cli.UsageError(
-        'Failed to write the event file %s: %s. The precision of %s is '
-        'printed above but not recorded; the next evaluation records it. %s'
-        % (path, reason, checkpoint_path,
-           cifar10_cli.write_advice(reason, 'eval_dir', FLAGS.eval_dir)))
-
-
-def moving_average_variables():
-  """What restores the moving averages of the trained variables into them.
-
-  Returns:
-    {name in the checkpoint: variable of the model}, for a Saver.
-  """
-  return tf1.train.ExponentialMovingAverage(
-      cifar10.MOVING_AVERAGE_DECAY).variables_to_restore()
+    raise error
 
 
 def weights_to_restore(raw_weights):
-  """The model's variables, by the checkpoint names to restore them from.
+  """Maps the names in a checkpoint to the model's variables to restore.
 
   Args:
     raw_weights: the trained variables themselves; False: their moving
@@ -169,37 +158,12 @@ def weights_to_restore(raw_weights):
   """
   if raw_weights:
     return {v.op.name: v for v in tf1.global_variables()}
-  return moving_average_variables()
-
-
-def check_checkpoint(checkpoint_path, var_list):
-  """Checks that a checkpoint holds this model's variables.
-
-  Args:
-    checkpoint_path: the checkpoint.
-    var_list: dict of the names in the checkpoint to restore from to the
-      model's variables.
-
-  Returns:
-    The global step the checkpoint was saved at.
-
-  Raises:
-    cifar10_cli.UsageError: a variable is missing, or has another
-      shape.
-    tf.errors.NotFoundError: the checkpoint is gone.
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  shapes = reader.get_variable_to_shape_map()
-  for name, var in sorted(var_list.items()):
-    if shapes.get(name) != var.shape.as_list():
-      raise cifar10_cli.UsageError(
-          'Checkpoint %s is not this model\'s: %s. Point --checkpoint_dir at '
-          'a --train_dir of this project\'s trainers.'
-          % (checkpoint_path,
-             'it has no %s' % name if name not in shapes else
-             '%s is %s there, %s here' % (name, shapes[name],
-                                           var.shape.as_list())))
-  return int(reader.get_tensor(tf1.GraphKeys.GLOBAL_STEP))
+  # The trainer kept a moving average of every trained variable; its
+  # variables_to_restore() maps each average's name to the variable, so
+  # that restoring gives the model the averaged weights.
+  variable_averages = tf1.train.ExponentialMovingAverage(
+      cifar10.MOVING_AVERAGE_DECAY)
+  return variable_averages.variables_to_restore()
 
 
 def correct_predictions(eval_data):
@@ -227,7 +191,7 @@ def evaluate():
   available = (cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL if eval_data
                else cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)
   if FLAGS.num_examples > available:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         '--num_examples=%d is more than the %d examples of --eval_data=%s.'
         % (FLAGS.num_examples, available, FLAGS.eval_data))
   with tf.Graph().as_default() as g:
@@ -244,7 +208,7 @@ def evaluate():
     summary_op = tf1.summary.merge_all()
 
     summary_writer = tf1.summary.FileWriter(FLAGS.eval_dir, g)
-    cifar10_cli.quiet_event_writer_errors()  # _record says it in one line.
+    console.quiet_event_writer_errors()  # _record says it in one line.
 
     last_evaluated = None
     while True:
@@ -269,31 +233,30 @@ def _say_once(line):
 
 
 def _latest_checkpoint():
-  """The newest readable checkpoint of --checkpoint_dir, or None.
+  """Finds the newest readable checkpoint of --checkpoint_dir, or None.
 
   Says once which newer ones it passes over and why. Without a checkpoint
   to evaluate, --run_once raises an error; otherwise it says so and the
   evaluator waits, as the trainer may write one.
 
   Raises:
-    cifar10_cli.UsageError: --run_once, and no checkpoint.
-    cifar10_checkpoint.CheckpointError: --run_once, and no checkpoint is
+    errors.CheckpointError: --run_once, and no checkpoint, or none is
       readable.
   """
   try:
-    latest = cifar10_checkpoint.latest_checkpoint(FLAGS.checkpoint_dir)
-  except cifar10_checkpoint.CheckpointError as e:
+    latest = checkpoints.latest_checkpoint(FLAGS.checkpoint_dir)
+  except errors.CheckpointError as e:
     if FLAGS.run_once:
       raise
     _say_once('%s Waiting for a readable one.' % e)
     return None
   if latest.path is None:
     if FLAGS.run_once:
-      raise cifar10_cli.UsageError('No checkpoint file found in %s.'
-                                       % FLAGS.checkpoint_dir)
+      raise errors.CheckpointError('No checkpoint file found in %s.'
+                                   % FLAGS.checkpoint_dir)
     print('%s: No checkpoint file found in %s; waiting.'
           % (datetime.datetime.now(), FLAGS.checkpoint_dir))
-  for line in cifar10_checkpoint.notes(latest, 'Evaluating %s.' % latest.path):
+  for line in checkpoints.notes(latest, 'Evaluating %s.' % latest.path):
     _say_once(line)
   return latest.path
 
@@ -304,4 +267,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cifar10_cli.run_main(main)
+  cli.run_main(main)

@@ -35,19 +35,21 @@ from __future__ import print_function
 
 import re
 
-import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_cli
-import cifar10_devices
-import cifar10_session
-import cifar10_train
+import cifar10
+from machinery import cli
+from machinery import hardware
+from machinery import step_hooks
+from machinery import session
 import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-flags.adopt_module_key_flags(cifar10_devices)  # --virtual_gpus
-flags.adopt_module_key_flags(cifar10_train)  # The single tower's flags.
+session.define_trainer_flags(max_steps=100000)
+flags.adopt_module_key_flags(hardware)  # --virtual_gpus
+flags.adopt_module_key_flags(cifar10)
+flags.adopt_module_key_flags(session)
 
 # The model's layers (its name scopes) that each device runs, with their
 # gradients; the loss goes with the last layers.
@@ -91,30 +93,43 @@ def build_train_op(devices):
     train_op: op for one training step.
     loss: the total loss tensor.
   """
-  # The single-tower trainer's graph, input, model, loss and training step,
-  # each layer with its variables on the device of its part. The
-  # activations between the parts, and their gradient, are copied from one
-  # device to the other.
+  # The single-tower trainer's graph, each layer with its variables on the
+  # device of its part. The activations between the parts, and their
+  # gradient, are copied from one device to the other.
   with tf1.device(layer_placer(devices)):
-    return cifar10_train.build_train_op()
+    # The global step and the input pipeline on the CPU, as in
+    # cifar10_train.py.
+    with tf.device('/cpu:0'):
+      global_step = tf1.train.get_or_create_global_step()
+      images, labels = cifar10.distorted_inputs()
+    logits = cifar10.inference(images)
+    loss = cifar10.loss(logits, labels)
+    train_op = cifar10.train(loss, global_step)
+  return train_op, loss
 
 
 def train():
   """Builds the graph and trains it until --max_steps."""
   with tf.Graph().as_default():
-    devices, config = cifar10_devices.tower_devices(
+    devices, config = hardware.tower_devices(
         len(PARTS), FLAGS.virtual_gpus, what='part')
     train_op, loss = build_train_op(devices)
-    cifar10_session.run_training(
-        train_op, loss, examples_per_step=FLAGS.batch_size, config=config)
+    with session.training_session(
+        hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
+               step_hooks.NanLossHook(loss),
+               step_hooks.LoggerHook(loss, FLAGS.log_frequency,
+                                examples_per_step=FLAGS.batch_size)],
+        config=config) as mon_sess:
+      while not mon_sess.should_stop():
+        mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  if cifar10_session.reached_max_steps(None):
+  if session.reached_max_steps():
     return
   cifar10.maybe_download_and_extract()
   train()
 
 
 if __name__ == '__main__':
-  cifar10_cli.run_main(main)
+  cli.run_main(main)

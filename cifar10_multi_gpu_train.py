@@ -40,23 +40,29 @@ from __future__ import print_function
 
 import re
 
-import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_cli
-import cifar10_devices
+import cifar10
 import cifar10_replicated
-import cifar10_session
+from machinery import cli
+from machinery import hardware
+from machinery import step_hooks
+from machinery import session
+from machinery import summaries
 import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-cifar10_session.define_trainer_flags(max_steps=1000000)
+session.define_trainer_flags(max_steps=1000000)
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use.', lower_bound=1)
-flags.adopt_module_key_flags(cifar10_devices)  # --virtual_gpus
+flags.adopt_module_key_flags(hardware)  # --virtual_gpus
 flags.adopt_module_key_flags(cifar10_replicated)  # --variable_update
 flags.adopt_module_key_flags(cifar10)
-flags.adopt_module_key_flags(cifar10_session)
+flags.adopt_module_key_flags(session)
+
+# Read on top to bottom: tower_loss (one tower), tower_gradients (a tower on
+# every device, all sharing the variables), average_gradients (where the
+# towers synchronize), build_train_op (one step), train (the loop).
 
 
 def tower_loss(scope, images, labels):
@@ -84,9 +90,40 @@ def tower_loss(scope, images, labels):
   # 'tower_0/cross_entropy'.
   for l in losses:
     loss_name = re.sub('%s_[0-9]*/' % cifar10.TOWER_NAME, '', l.op.name)
-    cifar10.scalar_summary(loss_name, l)
-  cifar10.scalar_summary('total_loss', total_loss)
+    summaries.scalar_summary(loss_name, l)
+  summaries.scalar_summary('total_loss', total_loss)
   return total_loss
+
+
+def tower_gradients(opt, batches, devices):
+  """Builds one tower per device, all on the same variables, and each
+  tower's gradients.
+
+  Args:
+    opt: the optimizer, which computes the gradients.
+    batches: list of (images, labels) pairs, one per tower.
+    devices: list of device names, one per tower.
+
+  Returns:
+    (one list of (gradient, variable) pairs per tower, the last tower's
+    loss, the last tower's name scope).
+  """
+  tower_grads = []
+  with tf1.variable_scope(tf1.get_variable_scope()):
+    for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
+      with tf.device(device):
+        with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
+          # The whole model on this tower's batch. tf.get_variable() in it
+          # makes the variables in tower 0 and finds them in the others:
+          # every tower shares them.
+          loss = tower_loss(scope, images, labels)
+
+          # From here on, get the existing variables; make none.
+          tf1.get_variable_scope().reuse_variables()
+
+          # This tower's gradients with respect to the shared variables.
+          tower_grads.append(opt.compute_gradients(loss))
+  return tower_grads, loss, scope
 
 
 def average_gradients(tower_grads):
@@ -115,8 +152,7 @@ def average_gradients(tower_grads):
   return average_grads
 
 
-def build_train_op(batches, devices, num_workers=1,
-                   apply_gradients=cifar10.apply_gradients):
+def build_train_op(batches, devices):
   """Builds one tower per device and the synchronous update of them all.
 
   Call it under tf.device('/cpu:0'), so that the global step, the average
@@ -125,10 +161,6 @@ def build_train_op(batches, devices, num_workers=1,
   Args:
     batches: list of (images, labels) pairs, one per tower.
     devices: list of device names, one per tower.
-    num_workers: machines running these towers each step (the distributed
-      trainer): the learning-rate schedule counts their examples too.
-    apply_gradients: function (opt, grads, global_step) -> train_op; the
-      distributed trainer's first aggregates the workers' gradients.
 
   Returns:
     (train_op, the last tower's loss, a tf.compat.v1.train.Scaffold with
@@ -137,40 +169,25 @@ def build_train_op(batches, devices, num_workers=1,
   global_step = tf1.train.get_or_create_global_step()
 
   # The learning rate decays every 350 epochs: count all towers' examples.
-  examples_per_step = num_workers * sum(
-      int(images.shape[0]) for images, _ in batches)
+  examples_per_step = sum(int(images.shape[0]) for images, _ in batches)
   lr = cifar10.learning_rate(global_step, examples_per_step)
 
   # One optimizer, on the shared variables: gradient descent.
   opt = cifar10.optimizer(lr)
 
-  # Build one tower per device, and keep each tower's gradients.
-  tower_grads = []
-  with tf1.variable_scope(tf1.get_variable_scope()):
-    for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
-      with tf.device(device):
-        with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
-          # The whole model on this tower's batch. tf.get_variable() in it
-          # makes the variables in tower 0 and finds them in the others:
-          # every tower shares them.
-          loss = tower_loss(scope, images, labels)
-
-          # From here on, get the existing variables; make none.
-          tf1.get_variable_scope().reuse_variables()
-
-          # This tower's gradients with respect to the shared variables.
-          tower_grads.append(opt.compute_gradients(loss))
+  # One tower per device, each computing the gradients of its own batch.
+  tower_grads, loss, scope = tower_gradients(opt, batches, devices)
 
   # The mean of each gradient over the towers: the synchronization point.
   grads = average_gradients(tower_grads)
 
   # Apply it to the shared variables, then update their moving averages
   # (the weights cifar10_eval.py evaluates).
-  train_op = apply_gradients(opt, grads, global_step)
+  train_op = cifar10.apply_gradients(opt, grads, global_step)
 
   # TensorBoard shows the last tower's summaries and the shared ones.
   return train_op, loss, tf1.train.Scaffold(
-      summary_op=cifar10.tower_summary_op(scope))
+      summary_op=summaries.tower_summary_op(scope, cifar10.TOWER_NAME))
 
 
 def build_graph(num_towers, virtual=None):
@@ -179,14 +196,14 @@ def build_graph(num_towers, virtual=None):
   Args:
     num_towers: number of towers.
     virtual: whether to split a device where there are too few
-      (cifar10_devices.tower_devices); None: --virtual_gpus.
+      (hardware.tower_devices); None: --virtual_gpus.
 
   Returns:
     (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
   """
   if FLAGS.variable_update == cifar10_replicated.REPLICATED:
     return cifar10_replicated.build_graph(num_towers, tower_loss)
-  devices, config = cifar10_devices.tower_devices(
+  devices, config = hardware.tower_devices(
       num_towers, FLAGS.virtual_gpus if virtual is None else virtual)
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
@@ -196,20 +213,30 @@ def build_graph(num_towers, virtual=None):
 
 
 def train():
-  """Builds the graph and trains it until --max_steps."""
+  """Builds the towers and trains them until --max_steps."""
   with tf.Graph().as_default():
     train_op, loss, scaffold, config = build_graph(FLAGS.num_gpus)
-    cifar10_session.run_training(
-        train_op, loss, examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-        num_towers=FLAGS.num_gpus, config=config, scaffold=scaffold)
+
+    # As the single-tower trainer's session, the step line counting the
+    # examples of every tower, and sec/batch a tower's share of the step.
+    with session.training_session(
+        hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
+               step_hooks.NanLossHook(loss),
+               step_hooks.LoggerHook(
+                   loss, FLAGS.log_frequency,
+                   examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+                   num_towers=FLAGS.num_gpus)],
+        config=config, scaffold=scaffold) as mon_sess:
+      while not mon_sess.should_stop():
+        mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  if cifar10_session.reached_max_steps(None):
+  if session.reached_max_steps():
     return
   cifar10.maybe_download_and_extract()
   train()
 
 
 if __name__ == '__main__':
-  cifar10_cli.run_main(main)
+  cli.run_main(main)

@@ -36,13 +36,15 @@ import sys
 import tempfile
 
 from absl.testing import flagsaver
-import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_checkpoint
-import cifar10_cli
-import cifar10_devices
-import cifar10_eval
+import cifar10
 import cifar10_input
-import cifar10_options
+from machinery import checkpoints
+from machinery import cli
+from machinery import console
+from machinery import errors
+from machinery import hardware
+from machinery import options
+from machinery import writes
 import numpy as np
 import tensorflow as tf
 
@@ -55,10 +57,14 @@ flags.DEFINE_integer('top_k', 3, 'How many classes to print per image.',
 flags.DEFINE_string('export_dir', None,
                     'Write a SavedModel of the moving-average model to this '
                     'new directory.')
-flags.declare_key_flag('checkpoint_dir')  # cifar10_eval.py's.
+checkpoints.define_checkpoint_dir_flag()
+flags.declare_key_flag('checkpoint_dir')
 flags.adopt_module_key_flags(cifar10)
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif')
+
+# The side of a CIFAR-10 image, which an image file is scaled and cropped to.
+SIDE = cifar10_input.HEIGHT
 
 
 def image_paths(args):
@@ -69,9 +75,9 @@ def image_paths(args):
 
   Returns:
     paths: the files to classify, directories walked in sorted order.
-    errors: one message for each directory without an image file.
+    problems: one message for each directory without an image file.
   """
-  paths, errors = [], []
+  paths, problems = [], []
   for arg in args:
     if not os.path.isdir(arg):
       paths.append(arg)
@@ -81,10 +87,10 @@ def image_paths(args):
         for root, _, names in os.walk(arg) for name in names
         if name.lower().endswith(IMAGE_EXTENSIONS))
     if not found:
-      errors.append('%s: no %s files in it.' % (arg, ', '.join(
+      problems.append('%s: no %s files in it.' % (arg, ', '.join(
           IMAGE_EXTENSIONS)))
     paths.extend(found)
-  return paths, errors
+  return paths, problems
 
 
 # The model flags the exported model is built with, whatever the command
@@ -94,8 +100,44 @@ PORTABLE = {'data_format': 'NHWC', 'use_fp16': False, 'use_bf16': False,
             'xla': False}
 
 
+def image_from_file(contents):
+  """Brings an image file of any size to the model's input, as the
+  evaluator's test images (cifar10_input.eval_image).
+
+  Decodes JPEG, PNG, BMP or GIF (its first frame) to RGB (grey is
+  repeated, alpha dropped), scales it, keeping the aspect ratio, so that
+  its shorter side is 32 pixels, crops the central 32x32 (a CIFAR-10
+  image) and then, as eval_image, the central 24x24, and standardizes it.
+  A 32x32 image is used as it is.
+
+  Args:
+    contents: a scalar string tensor, the file's bytes.
+
+  Returns:
+    A float32 [24, 24, 3] image.
+  """
+  image = tf.io.decode_image(contents, channels=cifar10_input.DEPTH,
+                             dtype=tf.uint8, expand_animations=False)
+  image = tf.cast(image, tf.float32)
+
+  # Halve large images first: each bilinear halving averages 2x2 blocks, so
+  # fine detail does not alias (with ops TFLite has).
+  def halve(image):
+    return tf.image.resize(image, tf.shape(image)[:2] // 2)
+  image, = tf.while_loop(
+      lambda image: tf.reduce_min(tf.shape(image)[:2]) >= 2 * SIDE, halve,
+      [image], shape_invariants=[
+          tf.TensorShape([None, None, cifar10_input.DEPTH])])
+  size = tf.cast(tf.shape(image)[:2], tf.float32)
+  scaled = tf.cast(tf.round(size * (SIDE / tf.reduce_min(size))), tf.int32)
+  image = tf.cond(tf.reduce_all(tf.equal(scaled, tf.shape(image)[:2])),
+                  lambda: image, lambda: tf.image.resize(image, scaled))
+  image = tf.image.resize_with_crop_or_pad(image, SIDE, SIDE)
+  return cifar10_input.eval_image(image)
+
+
 class Classifier(object):
-  """The model on a batch of encoded images, with the moving-average weights.
+  """Classifies encoded images with the model's moving-average weights.
 
   Attributes:
     images: the [batch] string placeholder of encoded image files.
@@ -118,10 +160,10 @@ class Classifier(object):
       # Each file decoded and prepared as the evaluator's test images, on
       # the CPU, like the evaluator's input pipeline.
       with tf.device('/cpu:0'):
-        images = tf.map_fn(cifar10_input.image_from_file, self.images,
+        images = tf.map_fn(image_from_file, self.images,
                            fn_output_signature=tf.float32)
       logits = tf.cast(cifar10.inference(
-          tf.cast(images, cifar10_options.compute_dtype())), tf.float32)
+          tf.cast(images, options.compute_dtype())), tf.float32)
       classes = tf.argmax(logits, axis=1, name='classes')
       self.outputs = {
           'probabilities': tf.nn.softmax(logits, name='probabilities'),
@@ -129,9 +171,12 @@ class Classifier(object):
           'class_names': tf.gather(tf.constant(cifar10_input.CLASS_NAMES),
                                    classes, name='class_names'),
       }
-      variables = cifar10_eval.moving_average_variables()
-      cifar10_eval.check_checkpoint(checkpoint_path, variables)
-      self.session = tf1.Session(config=cifar10_devices.session_config())
+      # The moving averages of the trained variables, restored into them:
+      # the weights the evaluator measures.
+      variables = tf1.train.ExponentialMovingAverage(
+          cifar10.MOVING_AVERAGE_DECAY).variables_to_restore()
+      checkpoints.check_checkpoint(checkpoint_path, variables)
+      self.session = tf1.Session(config=hardware.session_config())
       tf1.train.Saver(variables).restore(self.session, checkpoint_path)
 
   def probabilities(self, contents):
@@ -147,14 +192,14 @@ class Classifier(object):
       export_dir: a directory that does not exist yet.
 
     Raises:
-      cifar10_cli.UsageError: a write failed (nothing is left behind).
+      errors.WriteError: a write failed (nothing is left behind).
     """
     parent = os.path.dirname(os.path.abspath(export_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix='.export-', dir=parent)
     try:
       # Without TF2's notes that these are TF1 APIs.
-      with cifar10_cli.quiet_tf_logging(), self.graph.as_default():
+      with console.quiet_tf_logging(), self.graph.as_default():
         builder = tf1.saved_model.Builder(os.path.join(staging, 'model'))
         signature = tf1.saved_model.predict_signature_def(
             inputs={'images': self.images}, outputs=self.outputs)
@@ -163,14 +208,13 @@ class Classifier(object):
             signature_def_map={'serving_default': signature})
         builder.save()
       os.rename(os.path.join(staging, 'model'), export_dir)
-    except cifar10_cli.WRITE_ERRORS as e:
-      failed = cifar10_cli.failed_write(e, staging)
-      if not failed:
+    except writes.WRITE_ERRORS as e:
+      error = writes.write_error(
+          e, 'export_dir', then='Nothing was left there.', directory=staging,
+          what='the SavedModel to ' + export_dir)
+      if not error:
         raise
-      raise cifar10_cli.UsageError(
-          'Failed to write the SavedModel to %s: %s. Nothing was left there. '
-          '%s' % (export_dir, failed[1], cifar10_cli.write_advice(
-              failed[1], 'export_dir', export_dir)))
+      raise error
     finally:
       shutil.rmtree(staging, ignore_errors=True)
 
@@ -185,7 +229,7 @@ def _read(path):
 
 
 def _undecodable(batch):
-  """The paths of batch's files that TensorFlow cannot decode as images.
+  """Finds the paths of batch's files that TensorFlow cannot decode.
 
   Args:
     batch: (path, contents) pairs.
@@ -193,7 +237,7 @@ def _undecodable(batch):
   undecodable = []
   with tf.Graph().as_default():
     contents = tf1.placeholder(tf.string, [])
-    image = cifar10_input.image_from_file(contents)
+    image = image_from_file(contents)
     with tf1.Session(config=tf1.ConfigProto(device_count={'GPU': 0})) as sess:
       for path, one_file in batch:
         try:
@@ -204,13 +248,13 @@ def _undecodable(batch):
 
 
 def _model_failed(error):
-  """The UsageError for a model that failed on images that decode."""
+  """Makes the ModelError of a model that failed on images that decode."""
   # The flags that change how the model is built, as given.
   changed = ['--%s=%s' % (name, FLAGS[name].value)
              for name in sorted(PORTABLE) if FLAGS[name].present]
-  return cifar10_cli.UsageError(
+  return errors.ModelError(
       'The model failed on images that decode: %s. %s' % (
-          cifar10_cli.tf_reason(error),
+          errors.tf_reason(error),
           'It was built with %s: run without %s.' % (
               ' '.join(changed), 'it' if len(changed) == 1 else 'them')
           if changed else 'The checkpoint or this TensorFlow is at fault.'))
@@ -227,7 +271,7 @@ def _probabilities(classifier, batch):
     The (path, probabilities) of each file that decodes.
 
   Raises:
-    cifar10_cli.UsageError: the model failed on images that decode.
+    errors.ModelError: the model failed on images that decode.
   """
   try:
     return list(zip([p for p, _ in batch], classifier.probabilities(
@@ -257,7 +301,7 @@ def classify(classifier, paths):
     The number of files that could not be read or decoded.
 
   Raises:
-    cifar10_cli.UsageError: the model failed on images that decode.
+    errors.ModelError: the model failed on images that decode.
   """
   failed = 0
   for start in range(0, len(paths), FLAGS.batch_size):
@@ -288,26 +332,26 @@ def classify(classifier, paths):
 
 
 def main(argv):
-  paths, errors = image_paths(argv[1:])
+  paths, problems = image_paths(argv[1:])
   if not paths and not FLAGS.export_dir:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'Give image files or directories to classify, or --export_dir.%s'
-        % (' ' + ' '.join(errors) if errors else ''))
+        % (' ' + ' '.join(problems) if problems else ''))
   if FLAGS.export_dir and tf.io.gfile.exists(FLAGS.export_dir):
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         '--export_dir=%s exists: give a new directory for the SavedModel.'
         % FLAGS.export_dir)
-  latest = cifar10_checkpoint.latest_checkpoint(FLAGS.checkpoint_dir)
-  for line in cifar10_checkpoint.notes(latest, 'Using %s.' % latest.path):
+  latest = checkpoints.latest_checkpoint(FLAGS.checkpoint_dir)
+  for line in checkpoints.notes(latest, 'Using %s.' % latest.path):
     sys.stderr.write(line + '\n')
   checkpoint_path = latest.path
   if checkpoint_path is None:
-    raise cifar10_cli.UsageError(
+    raise errors.CheckpointError(
         'No checkpoint file found in %s. Train first (cifar10_train.py) or '
         'give --checkpoint_dir.' % FLAGS.checkpoint_dir)
-  for error in errors:
-    sys.stderr.write('Error: %s\n' % error)
-  failed = len(errors)
+  for problem in problems:
+    sys.stderr.write('Error: %s\n' % problem)
+  failed = len(problems)
   if paths:
     failed += classify(Classifier(checkpoint_path), paths)
   if FLAGS.export_dir:
@@ -318,4 +362,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  cifar10_cli.run_main(main, takes_arguments=True)
+  cli.run_main(main, takes_arguments=True)

@@ -21,7 +21,7 @@ by name.
 
 The all-reduce packs each tower's gradients into one vector and runs one
 collective on them: NCCL's where every tower has a GPU of its own, else
-TensorFlow's ring across the devices (cifar10_devices.all_reduce_between).
+TensorFlow's ring across the devices (machinery/hardware.py).
 """
 
 from __future__ import absolute_import
@@ -29,7 +29,8 @@ from __future__ import division
 from __future__ import print_function
 
 import cifar10
-import cifar10_devices
+from machinery import hardware
+from machinery import summaries
 import numpy as np
 import tensorflow as tf
 
@@ -86,7 +87,7 @@ def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0,
       workers'; None: this process's.
     timeout_secs: how long the all-reduce waits for a tower that does not
       come before it fails with DeadlineExceededError; 0: for ever.
-    communication: 'nccl' or 'ring' (cifar10_devices.all_reduce_between).
+    communication: 'nccl' or 'ring' (hardware.all_reduce_between).
 
   Returns:
     The same structure, each gradient replaced by the mean over towers.
@@ -132,7 +133,7 @@ def _towers(opt, batches, devices, tower_loss):
 
 
 def _copy_to_replicas(tower_grads, broadcast):
-  """The local init op: after the model's variables are initialized or
+  """Makes the local init op: after the model's variables are initialized or
   restored (and broadcast from the chief, across workers), every tower's
   copy takes tower 0's values."""
   local_init_op = tf1.train.Scaffold.default_local_init_op()
@@ -180,15 +181,14 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
 
   # Each tower gets the mean gradient and applies it to its own copy, all
   # in one update (one loss-scale check, one global step).
-  communication, line = cifar10_devices.all_reduce_between(devices,
-                                                           gpus_shared)
+  communication, line = hardware.all_reduce_between(devices, gpus_shared)
   print(line)
   grads = sum(all_reduce_mean(tower_grads, devices,
                               num_workers * len(devices), timeout_secs,
                               communication), [])
   train_op = cifar10.apply_gradients(opt, grads, global_step)
   return train_op, loss, tf1.train.Scaffold(
-      summary_op=cifar10.tower_summary_op(scope),
+      summary_op=summaries.tower_summary_op(scope, cifar10.TOWER_NAME),
       local_init_op=_copy_to_replicas(tower_grads, broadcast))
 
 
@@ -205,7 +205,7 @@ def build_graph(num_towers, tower_loss):
   Returns:
     (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
   """
-  devices, config = cifar10_devices.tower_devices(num_towers, virtual=True)
+  devices, config = hardware.tower_devices(num_towers, virtual=True)
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
     batches = cifar10.distorted_batches(num_towers)

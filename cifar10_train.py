@@ -20,16 +20,19 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
-import cifar10  # First: it quiets TensorFlow's start-up logging.
-import cifar10_cli
-import cifar10_devices
-import cifar10_session
+import cifar10
+from machinery import cli
+from machinery import hardware
+from machinery import step_hooks
+from machinery import session
 import tensorflow as tf
 
-FLAGS = tf.compat.v1.flags.FLAGS
-cifar10_session.define_trainer_flags(max_steps=100000)
-tf.compat.v1.flags.adopt_module_key_flags(cifar10)
-tf.compat.v1.flags.adopt_module_key_flags(cifar10_session)
+tf1 = tf.compat.v1
+FLAGS = tf1.flags.FLAGS
+
+session.define_trainer_flags(max_steps=100000)
+tf1.flags.adopt_module_key_flags(cifar10)
+tf1.flags.adopt_module_key_flags(session)
 
 
 def build_train_op():
@@ -41,7 +44,7 @@ def build_train_op():
   """
   # On the CPU, beside the variables: the hooks read it every step.
   with tf.device('/cpu:0'):
-    global_step = tf.compat.v1.train.get_or_create_global_step()
+    global_step = tf1.train.get_or_create_global_step()
 
   # A batch of distorted training images and their labels. The input
   # pipeline stays on the CPU, leaving the GPU to the model: the tutorial
@@ -64,17 +67,27 @@ def train():
   """Builds the graph and trains it until --max_steps."""
   with tf.Graph().as_default():
     train_op, loss = build_train_op()
-    cifar10_session.run_training(
-        train_op, loss, examples_per_step=FLAGS.batch_size,
-        config=cifar10_devices.session_config())
+
+    # The session restores the latest checkpoint of --train_dir (or
+    # initializes the model), saves checkpoints and summaries as it goes,
+    # and runs these hooks around every step: stop at --max_steps, stop on
+    # a NaN loss, print the step line.
+    with session.training_session(
+        hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
+               step_hooks.NanLossHook(loss),
+               step_hooks.LoggerHook(loss, FLAGS.log_frequency,
+                                examples_per_step=FLAGS.batch_size)],
+        config=hardware.session_config()) as mon_sess:
+      while not mon_sess.should_stop():
+        mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  if cifar10_session.reached_max_steps(None):
+  if session.reached_max_steps():
     return
   cifar10.maybe_download_and_extract()
   train()
 
 
 if __name__ == '__main__':
-  cifar10_cli.run_main(main)
+  cli.run_main(main)

@@ -1,4 +1,4 @@
-"""Run directories moved, copied badly or damaged (cifar10_checkpoint.py):
+"""Run directories moved, copied badly or damaged (machinery/checkpoints.py):
 the trainer, evaluator and predict find what is really there, and nothing
 the user had is lost or changed."""
 
@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-import cifar10_checkpoint
 from conftest import checkpoint_step, error_lines, make_fake_data, run_script
+from machinery import checkpoints
 
 # A trained run of 20 steps, with checkpoints at 0, 10 and 20.
 STEPS = 20
@@ -69,7 +69,7 @@ def _assert_all_kept(before, train_dir, set_aside=()):
   for name, md5 in before.items():
     if name == 'checkpoint' and name not in set_aside:
       continue  # The index file is the trainer's to rewrite.
-    where = (os.path.join(train_dir, cifar10_checkpoint.SET_ASIDE_DIR)
+    where = (os.path.join(train_dir, checkpoints.SET_ASIDE_DIR)
              if name in set_aside else train_dir)
     assert _md5s(where).get(name) == md5, (name, sorted(os.listdir(where)))
 
@@ -242,7 +242,7 @@ def test_each_unreadable_checkpoint_says_why(trained, tmp_path):
     shutil.copytree(trained, train_dir)
     newest = os.path.join(train_dir, 'model.ckpt-20')
     damage(newest, max(glob.glob(newest + '.data-*'), key=os.path.getsize))
-    return cifar10_checkpoint.unreadable_reason(newest)
+    return checkpoints.unreadable_reason(newest)
 
   def cut(newest, data):
     del newest

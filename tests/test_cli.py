@@ -1,4 +1,4 @@
-"""The command line the scripts share (cifar10_cli.py): --help lists
+"""The command line the scripts share (machinery/cli.py): --help lists
 the flags, booleans parse every form, a mistake is one line."""
 
 import os

@@ -1,4 +1,4 @@
-"""The cluster of a distributed task (cifar10_cluster.py): from the command
+"""The cluster of a distributed task (machinery/cluster.py): from the command
 line or TF_CONFIG, its mode, its servers' configs, and Kubeflow's TFJobs."""
 
 import json
@@ -9,21 +9,21 @@ from absl.testing import flagsaver
 import pytest
 import yaml
 
-import cifar10_cli
-import cifar10_cluster
-import cifar10_devices
-import cifar10_distributed_train  # pylint: disable=unused-import
+import cifar10_distributed_train as dist
 from conftest import REPO, error_lines, run_script
+from machinery import cluster
+from machinery import errors
+from machinery import hardware
 
-FLAGS = cifar10_cluster.FLAGS
+FLAGS = cluster.FLAGS
 
 CLUSTER = {'chief': ['c0:2222'], 'worker': ['w0:2222', 'w1:2222'],
            'ps': ['p0:2222']}
 
 
-def _parse(cluster, task_type, index):
-  return cifar10_cluster.parse_tf_config(json.dumps(
-      {'cluster': cluster, 'task': {'type': task_type, 'index': index}}))
+def _parse(hosts, task_type, index):
+  return cluster.parse_tf_config(json.dumps(
+      {'cluster': hosts, 'task': {'type': task_type, 'index': index}}))
 
 
 @pytest.mark.parametrize('task_type,index,job,expected_index', [
@@ -65,8 +65,8 @@ def test_tf_config_without_chief_or_ps_and_in_sparse_form():
      '"index": "0"}}', 'task index is "0", not a number from 0'),
 ])
 def test_bad_tf_config_says_what_is_wrong(text, what):
-  with pytest.raises(cifar10_cli.UsageError) as error:
-    cifar10_cluster.parse_tf_config(text)
+  with pytest.raises(errors.UsageError) as error:
+    cluster.parse_tf_config(text)
   assert str(error.value).startswith('TF_CONFIG %s' % what), str(error.value)
   assert '\n' not in str(error.value)
 
@@ -89,8 +89,8 @@ def _resolve(monkeypatch, tf_config, argv):
   with flagsaver.flagsaver():
     FLAGS.unparse_flags()
     FLAGS(['cifar10_distributed_train.py'] + argv)
-    task = cifar10_cluster.from_flags_or_tf_config()
-    return task, cifar10_cluster.mode_of(task)
+    task = cluster.from_flags_or_tf_config()
+    return task, dist.mode_of(task)
 
 
 def test_command_line_wins_over_tf_config(monkeypatch):
@@ -98,7 +98,7 @@ def test_command_line_wins_over_tf_config(monkeypatch):
   task, mode = _resolve(monkeypatch, tf_config, [])
   assert (task.job_name, task.task_index, task.source, mode) == (
       'worker', 2, 'TF_CONFIG', 'parameter_server')
-  assert task.describe(mode) == (
+  assert task.describe(all_reduce=False) == (
       'Worker 2 of a cluster of 3 worker(s) and 1 ps task(s), from '
       'TF_CONFIG; the ps tasks hold the variables.')
   task, _ = _resolve(monkeypatch, tf_config, ['--task_index=0'])
@@ -106,32 +106,32 @@ def test_command_line_wins_over_tf_config(monkeypatch):
       0, 'TF_CONFIG, the task from the command line')
   task, mode = _resolve(monkeypatch, tf_config, [
       '--worker_hosts=h:1,h:2', '--job_name=worker', '--task_index=1'])
-  assert task == cifar10_cluster.Task([], ['h:1', 'h:2'], 'worker', 1,
-                                      'the command line')
+  assert task == cluster.Task([], ['h:1', 'h:2'], 'worker', 1,
+                              'the command line')
   assert mode == 'replicated'  # No ps tasks: all-reduce.
 
 
 def test_workers_sharing_a_machine_take_their_own_gpus():
   hosts = ['a:1', 'a:2', 'b:1', 'a:3']
   def gpus(index, num_gpus, visible):
-    task = cifar10_cluster.Task([], hosts, 'worker', index, 'a test')
-    return cifar10_cluster.local_gpus(task, num_gpus, visible)
+    task = cluster.Task([], hosts, 'worker', index, 'a test')
+    return cluster.local_gpus(task, num_gpus, visible)
   assert [gpus(i, 2, 6) for i in (0, 1, 3)] == ['0,1', '2,3', '4,5']
   assert gpus(2, 2, 2) is None  # Alone on b: TensorFlow's choice.
   assert gpus(1, 2, 4) is None  # 3 workers on a need 6 GPUs.
 
 
 def test_server_configs():
-  ps = cifar10_cluster.Task(['p:1'], ['w:1', 'w:2'], 'ps', 0, 'a test')
-  config = cifar10_cluster.server_config(ps, 'parameter_server', None)
+  ps = cluster.Task(['p:1'], ['w:1', 'w:2'], 'ps', 0, 'a test')
+  config = cluster.server_config(ps, False, None)
   assert config.device_count['GPU'] == 0 and config.gpu_options.allow_growth
-  worker = cifar10_cluster.Task([], ['w:1', 'w:2'], 'worker', 1, 'a test')
-  tower_config = cifar10_devices.session_config()
-  config = cifar10_cluster.session_config(worker, 'replicated', tower_config)
+  worker = cluster.Task([], ['w:1', 'w:2'], 'worker', 1, 'a test')
+  tower_config = hardware.session_config()
+  config = cluster.session_config(worker, True, tower_config)
   assert config.experimental.collective_group_leader == (
       '/job:worker/replica:0/task:0')
   assert list(config.device_filters) == ['/job:worker/task:1']
-  # Each collective chooses NCCL or not (cifar10_devices.all_reduce_between),
+  # Each collective chooses NCCL or not (hardware.all_reduce_between),
   # so the server forces it on none.
   assert not config.experimental.collective_nccl
   assert not tower_config.device_filters  # Not changed.

@@ -15,12 +15,12 @@ import pytest
 import tensorflow as tf
 
 import cifar10
-import cifar10_cluster
-import cifar10_devices
 import cifar10_distributed_train as dist
 import cifar10_multi_gpu_train as multi
 import cifar10_replicated
 from conftest import checkpoint_step, error_lines, run_script, start_script
+from machinery import cluster
+from machinery import hardware
 from ports import free_local_ports
 
 tf1 = tf.compat.v1
@@ -269,7 +269,7 @@ def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
 
 def _tasks(ps_hosts, worker_hosts):
   """The Task of every worker of a cluster."""
-  return [cifar10_cluster.Task(ps_hosts, worker_hosts, 'worker', i, 'a test')
+  return [cluster.Task(ps_hosts, worker_hosts, 'worker', i, 'a test')
           for i in range(len(worker_hosts))]
 
 
@@ -300,15 +300,16 @@ def _train_in_threads(tasks, mode, images, labels, train_dir, max_steps=1):
   ps_hosts, worker_hosts = tasks[0].ps_hosts, tasks[0].worker_hosts
   servers, configs = {}, {}
   for task in tasks:
-    _, configs[task.task_index] = cifar10_devices.tower_devices(
+    _, configs[task.task_index] = hardware.tower_devices(
         1, virtual=True)
-    servers[task.task_index] = cifar10_cluster.start_server(
-        task, cifar10_cluster.server_config(
-            task, mode, configs[task.task_index]))
+    servers[task.task_index] = cluster.start_server(
+        task, cluster.server_config(
+            task, mode == cifar10_replicated.REPLICATED,
+            configs[task.task_index]))
   for i in range(len(ps_hosts)):
-    ps = cifar10_cluster.Task(ps_hosts, worker_hosts, 'ps', i, 'a test')
-    servers['ps', i] = cifar10_cluster.start_server(
-        ps, cifar10_cluster.server_config(ps, mode, None))
+    ps = cluster.Task(ps_hosts, worker_hosts, 'ps', i, 'a test')
+    servers['ps', i] = cluster.start_server(
+        ps, cluster.server_config(ps, False, None))
   initial, steps, final = {}, {}, {}
   with flagsaver.flagsaver(batch_size=8, max_steps=max_steps, num_gpus=1,
                            train_dir=str(train_dir), sync_replicas=True,

@@ -1,4 +1,5 @@
-"""cifar10_input.maybe_download_and_extract against a local HTTP server
+"""machinery/download.py's maybe_download_and_extract against a local HTTP
+server
 and file:// URLs."""
 
 import hashlib
@@ -15,6 +16,8 @@ import pytest
 import cifar10
 import cifar10_input
 from conftest import make_fake_data, run_limited
+from machinery import download
+from machinery import errors
 
 
 def _archive(tmp_path):
@@ -68,7 +71,7 @@ def archive(tmp_path):
 
 
 def _get(data_dir, url, md5=''):
-  cifar10_input.maybe_download_and_extract(data_dir, url, md5)
+  download.maybe_download_and_extract(data_dir, url, md5)
 
 
 def _leftovers(data_dir):
@@ -99,7 +102,7 @@ def test_wrong_md5_is_an_error_and_extracts_nothing(tmp_path, archive):
   server = _Server(body)
   data_dir = str(tmp_path / 'data')
   try:
-    with pytest.raises(cifar10_input.DataError, match='has md5 .* not 0000'):
+    with pytest.raises(errors.DataError, match='has md5 .* not 0000'):
       _get(data_dir, server.url, '0' * 32)
   finally:
     server.close()
@@ -112,8 +115,8 @@ def test_official_url_checks_official_md5(tmp_path, archive):
   data_dir = tmp_path / 'data'
   data_dir.mkdir()
   (data_dir / 'cifar-10-binary.tar.gz').write_bytes(body)
-  with pytest.raises(cifar10_input.DataError, match=cifar10_input.DATA_MD5):
-    cifar10_input.maybe_download_and_extract(str(data_dir))
+  with pytest.raises(errors.DataError, match=download.DATA_MD5):
+    download.maybe_download_and_extract(str(data_dir))
 
 
 @pytest.mark.parametrize('cut', [100, 5000])
@@ -122,7 +125,7 @@ def test_truncated_body_leaves_nothing(tmp_path, archive, cut):
   server = _Server(body, cut=cut)
   data_dir = str(tmp_path / 'data')
   try:
-    with pytest.raises(cifar10_input.DataError, match='Failed to download'):
+    with pytest.raises(errors.DataError, match='Failed to download'):
       _get(data_dir, server.url, md5)
   finally:
     server.close()
@@ -135,7 +138,7 @@ def test_server_gone_is_an_error(tmp_path, archive):
   url = server.url
   server.close()
   data_dir = str(tmp_path / 'data')
-  with pytest.raises(cifar10_input.DataError, match='Failed to download'):
+  with pytest.raises(errors.DataError, match='Failed to download'):
     _get(data_dir, url, md5)
   assert sorted(os.listdir(data_dir)) == []
 
@@ -157,7 +160,7 @@ def test_data_md5_flag_is_checked(tmp_path, archive):
   url = 'file://' + str(path)
   wrong = str(tmp_path / 'wrong')
   with flagsaver.flagsaver(data_dir=wrong, data_url=url, data_md5='f' * 32):
-    with pytest.raises(cifar10_input.DataError, match='has md5 %s, not f{32}'
+    with pytest.raises(errors.DataError, match='has md5 %s, not f{32}'
                        % md5):
       cifar10.maybe_download_and_extract()
   assert not os.path.exists(os.path.join(wrong, cifar10_input.BATCHES_DIR))
@@ -176,7 +179,7 @@ def test_archive_without_cifar_directory(tmp_path):
   path = tmp_path / 'other.tar.gz'
   path.write_bytes(buf.getvalue())
   data_dir = str(tmp_path / 'data')
-  with pytest.raises(cifar10_input.DataError,
+  with pytest.raises(errors.DataError,
                      match='holds no cifar-10-batches'):
     _get(data_dir, 'file://' + str(path))
   assert sorted(os.listdir(data_dir)) == ['other.tar.gz']
@@ -220,7 +223,7 @@ def test_full_disk_error_starts_its_own_line(tmp_path, stage):
   # The advice is about space, not about the archive or the URL.
   assert error.endswith('. There is no room for the data in %s (it takes '
                         'about %d MB): free space there, or choose another '
-                        '--data_dir.' % (data_dir, cifar10_input.DATA_MEGABYTES)
+                        '--data_dir.' % (data_dir, download.DATA_MEGABYTES)
                         ), error
   # A progress line came first, and ended before the error.
   progress = '>> %s big.tar.gz ' % (

@@ -1,17 +1,19 @@
-"""The environment TensorFlow starts in (cifar10_env.py): oneDNN on where
-TensorFlow would leave it off on an x86 CPU, the user's choice kept."""
+"""The environment TensorFlow starts in (machinery/environment.py): oneDNN
+on where TensorFlow would leave it off on an x86 CPU, the user's choice
+kept."""
 
 import os
 import subprocess
 import sys
 
-import cifar10_env
 from conftest import REPO
+from machinery import environment
 
 # Whether the TensorFlow of a fresh process has its oneDNN kernels on,
-# after importing the model as every script does.
+# after importing the machinery package before TensorFlow, as every script
+# does.
 ONEDNN_ON = """
-import cifar10
+import machinery
 from tensorflow.python.util import _pywrap_util_port
 print(_pywrap_util_port.IsMklEnabled())
 """
@@ -19,16 +21,16 @@ print(_pywrap_util_port.IsMklEnabled())
 
 def test_onednn_is_turned_on_only_where_tensorflow_leaves_it_off():
   avx2 = {'sse4_2', 'avx', 'avx2', 'fma'}
-  assert cifar10_env.onednn_setting(avx2, {}) == '1'
+  assert environment.onednn_setting(avx2, {}) == '1'
   # TensorFlow's own choice: on, with any of these.
-  for flag in cifar10_env.ONEDNN_BY_DEFAULT:
-    assert cifar10_env.onednn_setting(avx2 | {flag}, {}) is None
+  for flag in environment.ONEDNN_BY_DEFAULT:
+    assert environment.onednn_setting(avx2 | {flag}, {}) is None
   # Not an x86 CPU with AVX2 (an ARM's flags, an old x86).
-  assert cifar10_env.onednn_setting({'fp', 'asimd'}, {}) is None
-  assert cifar10_env.onednn_setting({'sse4_2', 'avx'}, {}) is None
+  assert environment.onednn_setting({'fp', 'asimd'}, {}) is None
+  assert environment.onednn_setting({'sse4_2', 'avx'}, {}) is None
   # The user's choice, either way.
   for choice in ('0', '1'):
-    assert cifar10_env.onednn_setting(
+    assert environment.onednn_setting(
         avx2, {'TF_ENABLE_ONEDNN_OPTS': choice}) is None
 
 
@@ -43,7 +45,7 @@ def _onednn_on(environ):
 def test_scripts_start_tensorflow_with_onednn_unless_told_not_to():
   environ = {k: v for k, v in os.environ.items()
              if k != 'TF_ENABLE_ONEDNN_OPTS'}
-  flags = cifar10_env.cpu_flags()
-  if 'avx2' in flags:  # On by TensorFlow's choice or by cifar10_env's.
+  flags = environment.cpu_flags()
+  if 'avx2' in flags:  # On by TensorFlow's choice or by ours.
     assert _onednn_on(environ)
   assert not _onednn_on(dict(environ, TF_ENABLE_ONEDNN_OPTS='0'))

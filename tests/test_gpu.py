@@ -16,17 +16,17 @@ import tensorflow as tf
 
 import benchmark
 import cifar10
-import cifar10_cli
-import cifar10_cluster
-import cifar10_devices
 import cifar10_eval
 import cifar10_multi_gpu_train as multi
-import cifar10_options
 import cifar10_predict
 import cifar10_replicated
 import cifar10_train
 from conftest import (NO_GPU, STEP_LINE, build_towers, make_fake_data,
                       run_script, start_script)
+from machinery import cluster
+from machinery import errors
+from machinery import hardware
+from machinery import options
 
 tf1 = tf.compat.v1
 
@@ -83,10 +83,10 @@ def trained(tmp_path_factory):
 def test_every_scripts_sessions_take_gpu_memory_as_needed(
     trained, tmp_path, monkeypatch):
   data_dir, train_dir = trained
-  assert cifar10_devices.session_config().gpu_options.allow_growth
+  assert hardware.session_config().gpu_options.allow_growth
   # One tower fits any machine; two, split where there are too few.
   for num_towers, virtual in ((1, False), (2, True)):
-    _, config = cifar10_devices.tower_devices(num_towers, virtual)
+    _, config = hardware.tower_devices(num_towers, virtual)
     assert config.gpu_options.allow_growth
   monkeypatch.setattr(tf1, 'Session', _RecordingSession)
   del _RecordingSession.configs[:]
@@ -105,7 +105,7 @@ def test_every_scripts_sessions_take_gpu_memory_as_needed(
 
 
 def test_virtual_gpus_split_gpu_0_where_there_are_too_few(one_gpu, capsys):
-  devices, config = cifar10_devices.tower_devices(4, virtual=True)
+  devices, config = hardware.tower_devices(4, virtual=True)
   assert devices == ['/gpu:0', '/gpu:1', '/gpu:2', '/gpu:3']
   assert config.gpu_options.visible_device_list == '0'
   assert config.gpu_options.experimental.num_virtual_devices_per_gpu == 4
@@ -114,11 +114,11 @@ def test_virtual_gpus_split_gpu_0_where_there_are_too_few(one_gpu, capsys):
       '--virtual_gpus: 1 GPU(s) visible, so GPU 0 is split into 4 virtual '
       'GPUs, /gpu:0 to /gpu:3, which share its memory and its cores.']
   # Enough GPUs: the real ones, nothing split.
-  devices, config = cifar10_devices.tower_devices(1, virtual=True)
+  devices, config = hardware.tower_devices(1, virtual=True)
   assert devices == ['/gpu:0']
   assert not config.gpu_options.experimental.num_virtual_devices_per_gpu
-  with pytest.raises(cifar10_cli.UsageError) as error:
-    cifar10_devices.tower_devices(2)
+  with pytest.raises(errors.UsageError) as error:
+    hardware.tower_devices(2)
   assert str(error.value) == (
       '--num_gpus=2, but only 1 GPU(s) are visible. Use --num_gpus=1 or '
       'less, or add --virtual_gpus to split GPU 0 into 2 virtual GPUs.')
@@ -130,7 +130,7 @@ def test_virtual_gpus_without_a_gpu_are_virtual_cpus(monkeypatch, capsys):
       tf.config, 'list_physical_devices',
       lambda device_type=None: [] if device_type == 'GPU'
       else real(device_type))
-  devices, config = cifar10_devices.tower_devices(3, virtual=True)
+  devices, config = hardware.tower_devices(3, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1', '/cpu:2']
   assert config.device_count['CPU'] == 3 and config.device_count['GPU'] == 0
   assert capsys.readouterr().out.splitlines() == [
@@ -151,16 +151,16 @@ def test_benchmark_runs_two_tower_rows_on_virtual_gpus(one_gpu,
 
 
 def test_bf16_notice_names_gpus_without_bfloat16(one_gpu, monkeypatch):
-  assert cifar10_devices.precision_notice(False, True) == (
+  assert hardware.precision_notice(False, True) == (
       'Note: --use_bf16 on GPU:0 (Tesla V100-SXM2-16GB, compute capability '
       '7.0): GPUs before compute capability 8.0 have no bfloat16 tensor '
       'cores, so it will run slower than float32; --use_fp16 is the fast '
       'mixed precision there.')
-  assert cifar10_devices.precision_notice(True, False) is None
+  assert hardware.precision_notice(True, False) is None
   monkeypatch.setattr(
       tf.config.experimental, 'get_device_details', lambda device: {
           'device_name': 'NVIDIA H100 80GB HBM3', 'compute_capability': (9, 0)})
-  assert cifar10_devices.precision_notice(False, True) is None
+  assert hardware.precision_notice(False, True) is None
 
 
 def test_benchmark_names_tf32_matmuls(monkeypatch):
@@ -178,24 +178,24 @@ def test_benchmark_names_tf32_matmuls(monkeypatch):
 
 def test_fp16_notice_names_gpus_without_float16_tensor_cores(monkeypatch):
   _fake_gpus(monkeypatch, 1, 'Tesla P100-PCIE-16GB', (6, 0))
-  assert cifar10_devices.precision_notice(True, False) == (
+  assert hardware.precision_notice(True, False) == (
       'Note: --use_fp16 on GPU:0 (Tesla P100-PCIE-16GB, compute capability '
       '6.0): GPUs before compute capability 7.0 (Volta) have no float16 '
       'tensor cores, so it may run no faster than float32.')
   _fake_gpus(monkeypatch, 1)  # A V100.
-  assert cifar10_devices.precision_notice(True, False) is None
+  assert hardware.precision_notice(True, False) is None
 
 
 def test_scripts_of_one_tower_open_one_gpu(monkeypatch):
   _fake_gpus(monkeypatch, 4)
-  assert cifar10_devices.session_config().gpu_options.visible_device_list == (
+  assert hardware.session_config().gpu_options.visible_device_list == (
       '0')
-  _, config = cifar10_devices.tower_devices(2)
+  _, config = hardware.tower_devices(2)
   assert config.gpu_options.visible_device_list == '0,1'
-  _, config = cifar10_devices.tower_devices(4)
+  _, config = hardware.tower_devices(4)
   assert config.gpu_options.visible_device_list == ''  # All of them.
   _fake_gpus(monkeypatch, 0)
-  assert cifar10_devices.session_config().gpu_options.visible_device_list == (
+  assert hardware.session_config().gpu_options.visible_device_list == (
       '')
 
 
@@ -254,8 +254,8 @@ def test_all_reduce_is_nccl_only_between_gpus_of_their_own(monkeypatch,
 def test_workers_share_gpus_only_where_there_are_too_few(monkeypatch):
   hosts = ['a:1', 'a:2', 'b:1']
   def shared(index, num_gpus, visible):
-    task = cifar10_cluster.Task([], hosts, 'worker', index, 'a test')
-    return cifar10_cluster.gpus_shared(task, num_gpus, visible)
+    task = cluster.Task([], hosts, 'worker', index, 'a test')
+    return cluster.gpus_shared(task, num_gpus, visible)
   assert shared(0, 1, 1) and shared(1, 2, 3)  # Two workers on a.
   assert not shared(0, 1, 2) and not shared(1, 2, 4)  # A GPU each.
   assert not shared(2, 1, 1)  # Alone on b.
@@ -314,7 +314,7 @@ def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
 
 @gpu
 def test_auto_layout_is_nchw_and_gives_nhwcs_logits(real_data_dir):
-  assert cifar10_options.data_format() == 'NCHW'
+  assert options.data_format() == 'NCHW'
   images = np.random.RandomState(0).normal(size=(8, 24, 24, 3)).astype(
       np.float32)
   logits = {}
@@ -322,7 +322,7 @@ def test_auto_layout_is_nchw_and_gives_nhwcs_logits(real_data_dir):
   for fmt in ('NCHW', 'NHWC'):
     with flagsaver.flagsaver(data_format=fmt), tf.Graph().as_default():
       out = cifar10.inference(tf.constant(images))
-      with tf1.Session(config=cifar10_devices.session_config()) as sess:
+      with tf1.Session(config=hardware.session_config()) as sess:
         sess.run(tf1.global_variables_initializer())
         if values is None:
           values = {v.op.name: sess.run(v) for v in tf1.global_variables()}
@@ -379,7 +379,7 @@ def test_replicated_equals_parameter_server_on_two_gpus(real_data_dir):
   initial = None
   for update in ('parameter_server', 'replicated'):
     with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
-      devices, config = cifar10_devices.tower_devices(2, virtual=True)
+      devices, config = hardware.tower_devices(2, virtual=True)
       assert devices == ['/gpu:0', '/gpu:1']
       tensors = [(tf.constant(i), tf.constant(l)) for i, l in batches]
       train_op, _, scaffold = build_towers(tensors, devices, update)

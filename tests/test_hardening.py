@@ -1,4 +1,4 @@
-"""What a user can hit around a run (cifar10_session.py, cifar10_cli.py):
+"""What a user can hit around a run (machinery/session.py, machinery/cli.py):
 unusable paths, reruns of finished training, two trainers on one
 directory, a full disk."""
 

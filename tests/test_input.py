@@ -8,6 +8,7 @@ import tensorflow as tf
 
 import cifar10_input
 from conftest import make_fake_data, write_records
+from machinery import errors
 
 tf1 = tf.compat.v1
 
@@ -133,7 +134,7 @@ def test_missing_file_names_it(tmp_path):
   missing = os.path.join(str(tmp_path), 'cifar-10-batches-bin',
                          'data_batch_3.bin')
   os.remove(missing)
-  with pytest.raises(cifar10_input.DataError, match='data_batch_3.bin'):
+  with pytest.raises(errors.DataError, match='data_batch_3.bin'):
     cifar10_input.data_files(str(tmp_path), eval_data=False)
 
 
@@ -143,7 +144,7 @@ def test_truncated_or_empty_file_names_it(tmp_path, size):
   path = os.path.join(str(tmp_path), 'cifar-10-batches-bin', 'test_batch.bin')
   with open(path, 'r+b') as f:
     f.truncate(size)
-  with pytest.raises(cifar10_input.DataError,
+  with pytest.raises(errors.DataError,
                      match=r'test_batch.bin has %d bytes' % size):
     cifar10_input.data_files(str(tmp_path), eval_data=True)
 
@@ -154,6 +155,6 @@ def test_bad_label_names_file_and_record(tmp_path):
                       'data_batch_2.bin')
   images = np.zeros((5, 32, 32, 3), np.uint8)
   write_records(path, [1, 2, 3, 12, 4], images)
-  with pytest.raises(cifar10_input.DataError,
+  with pytest.raises(errors.DataError,
                      match=r'data_batch_2.bin: record 3 has label byte 12'):
     cifar10_input.data_files(str(tmp_path), eval_data=False)

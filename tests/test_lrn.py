@@ -1,30 +1,41 @@
-"""The fast LRN (cifar10_lrn.py) is tf.nn.lrn with the tutorial's
-parameters: the same values and the same gradients, in both layouts."""
+"""The fast LRN (machinery/lrn.py) is tf.nn.lrn: the same values and the
+same gradients, in both layouts, with the tutorial's parameters and
+others."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import cifar10_lrn
+from machinery import lrn
 
 tf1 = tf.compat.v1
+
+
+# The tutorial's parameters (depth_radius, bias, alpha, beta), and others:
+# another window, bias and power (beta 0.5 takes tf.pow, not the rsqrt).
+PARAMETERS = [(4, 1.0, 0.001 / 9.0, 0.75), (2, 2.0, 1e-3, 0.5)]
 
 
 # Scale 30 makes the window sums as large as the bias: d is about 2.
 @pytest.mark.parametrize('scale', [4.0, 30.0])
 @pytest.mark.parametrize('fmt', ['NHWC', 'NCHW'])
-def test_lrn_is_tf_nn_lrn_with_the_tutorial_parameters(fmt, scale):
+@pytest.mark.parametrize('parameters', PARAMETERS)
+def test_lrn_is_tf_nn_lrn(fmt, scale, parameters):
+  depth_radius, bias, alpha, beta = parameters
   rng = np.random.RandomState(1)
   x = rng.normal(scale=scale, size=(4, 6, 6, 64)).astype(np.float32)
   weights = rng.normal(size=x.shape).astype(np.float32)
   with tf.Graph().as_default():
     nhwc = tf.constant(x)
-    expected = tf.nn.lrn(nhwc, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75)
+    expected = tf.nn.lrn(nhwc, depth_radius, bias=bias, alpha=alpha,
+                         beta=beta)
     if fmt == 'NCHW':
-      normed = cifar10_lrn.lrn(tf.transpose(nhwc, [0, 3, 1, 2]), 'norm', fmt)
+      normed = lrn.lrn(tf.transpose(nhwc, [0, 3, 1, 2]), depth_radius, bias,
+                       alpha, beta, 'norm', fmt)
       got = tf.transpose(normed, [0, 2, 3, 1])
     else:
-      got = normed = cifar10_lrn.lrn(nhwc, 'norm', fmt)
+      got = normed = lrn.lrn(nhwc, depth_radius, bias, alpha, beta, 'norm',
+                             fmt)
     assert normed.op.name == 'norm'
     grads = [tf.gradients(tf.reduce_sum(y * weights), nhwc)[0]
              for y in (expected, got)]

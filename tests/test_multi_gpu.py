@@ -8,10 +8,10 @@ import pytest
 import tensorflow as tf
 
 import cifar10
-import cifar10_cli
-import cifar10_devices
 import cifar10_multi_gpu_train as multi
 from conftest import STEP_LINE, checkpoint_step, run_script
+from machinery import errors
+from machinery import hardware
 
 tf1 = tf.compat.v1
 
@@ -97,7 +97,7 @@ def test_one_step_is_sgd_with_averaged_gradient():
 
 
 def test_towers_on_distinct_virtual_cpus_variables_on_cpu0(cpu_only):
-  devices, config = cifar10_devices.tower_devices(2, virtual=True)
+  devices, config = hardware.tower_devices(2, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1']
   with tf.Graph().as_default():
     _, train_op, _, _ = _two_tower_graph(devices)
@@ -126,10 +126,10 @@ def test_towers_on_distinct_virtual_cpus_variables_on_cpu0(cpu_only):
 def test_more_gpus_than_visible_is_one_clear_error(monkeypatch):
   monkeypatch.setattr(tf.config, 'list_physical_devices',
                       lambda kind=None: ['GPU:0'] if kind == 'GPU' else [])
-  with pytest.raises(cifar10_cli.UsageError,
+  with pytest.raises(errors.UsageError,
                      match=r'--num_gpus=3, but only 1 GPU\(s\) are visible'):
-    cifar10_devices.tower_devices(3)
-  devices, _ = cifar10_devices.tower_devices(1)
+    hardware.tower_devices(3)
+  devices, _ = hardware.tower_devices(1)
   assert devices == ['/gpu:0']
 
 

@@ -13,9 +13,9 @@ import pytest
 import tensorflow as tf
 
 import cifar10
-import cifar10_devices
-import cifar10_options
 from conftest import build_towers, error_lines, run_script
+from machinery import hardware
+from machinery import options
 
 tf1 = tf.compat.v1
 
@@ -48,7 +48,7 @@ def _single_tower_losses(images, labels, steps=50, **flags):
       tf.Graph().as_default():
     tf1.set_random_seed(SEED)
     global_step = tf1.train.get_or_create_global_step()
-    images = tf.cast(images, cifar10_options.compute_dtype())
+    images = tf.cast(images, options.compute_dtype())
     total_loss = cifar10.loss(cifar10.inference(images), labels)
     train_op = cifar10.train(total_loss, global_step)
     with tf1.Session() as sess:
@@ -58,7 +58,7 @@ def _single_tower_losses(images, labels, steps=50, **flags):
 
 # Channels-first runs on GPUs, and on CPUs where TensorFlow uses oneDNN.
 NCHW_HERE = pytest.mark.skipif(
-    not cifar10_devices.nchw_runs_here(),
+    not hardware.nchw_runs_here(),
     reason='this CPU build of TensorFlow pools NHWC only (no oneDNN), and '
     'there is no GPU')
 
@@ -141,22 +141,22 @@ def test_nchw_computes_the_same_logits_as_nhwc(real_batches):
 
 
 def test_auto_data_format_is_nhwc_without_gpu(cpu_only):
-  assert cifar10_options.data_format() == 'NHWC'
+  assert options.data_format() == 'NHWC'
 
 
 def test_auto_data_format_follows_the_device_the_model_is_built_for():
   with tf.Graph().as_default():
     with tf.device('/gpu:1'):
-      assert cifar10_options.data_format() == 'NCHW'
+      assert options.data_format() == 'NCHW'
       # Tensor cores compute float16 and bfloat16 channels last.
       for precision in ('use_fp16', 'use_bf16'):
         with flagsaver.flagsaver(**{precision: True}):
-          assert cifar10_options.data_format() == 'NHWC'
+          assert options.data_format() == 'NHWC'
     # A tower pinned to a CPU, whether or not a GPU is visible.
     with tf.device('/cpu:0'):
-      assert cifar10_options.data_format() == 'NHWC'
+      assert options.data_format() == 'NHWC'
     with tf.device('/job:worker/task:1/device:GPU:0'):
-      assert cifar10_options.data_format() == 'NCHW'
+      assert options.data_format() == 'NCHW'
 
 
 def test_xla_marks_model_and_gradients_for_compilation(real_batches):
@@ -182,9 +182,9 @@ def _multi_graph(batches, variable_update):
   Returns:
     (train_op, loss, local init op, session config).
   """
-  devices, config = cifar10_devices.tower_devices(2, virtual=True)
+  devices, config = hardware.tower_devices(2, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1']  # See cpu_only.
-  dtype = cifar10_options.compute_dtype()
+  dtype = options.compute_dtype()
   tensors = [(tf.cast(i, dtype), tf.constant(l)) for i, l in batches]
   train_op, loss, scaffold = build_towers(tensors, devices, variable_update)
   return (train_op, loss,
@@ -240,7 +240,7 @@ def test_replicated_trains_50_steps_with_finite_falling_loss(real_batches,
   _assert_finite_and_falling(losses)
 
 
-@pytest.mark.skipif(cifar10_devices.nchw_runs_here(),
+@pytest.mark.skipif(hardware.nchw_runs_here(),
                     reason='NCHW runs here (a GPU, or oneDNN on the CPU)')
 def test_nchw_where_it_cannot_run_is_one_line(tmp_path):
   result = run_script('cifar10_train.py', '--data_format=NCHW',

@@ -53,7 +53,7 @@ def evaluator_probabilities(real_data_dir, checkpoint_dir):
       tf.Graph().as_default():
     images, _ = cifar10.inputs(eval_data=True)
     logits = cifar10.inference(images)
-    saver = tf1.train.Saver(cifar10_eval.moving_average_variables())
+    saver = tf1.train.Saver(cifar10_eval.weights_to_restore(False))
     with tf1.Session() as sess:
       saver.restore(sess, tf.train.latest_checkpoint(checkpoint_dir))
       return sess.run(tf.nn.softmax(tf.cast(logits, tf.float32)))
@@ -279,8 +279,8 @@ def test_a_model_failure_is_one_line_with_tensorflows_reason(
   """Only a failed decode says 'not an image': here every image decodes
   and the model fails (logits made infinite, which check_numerics
   refuses), as a kernel the machine lacks would."""
-  import cifar10_cli  # pylint: disable=g-import-not-at-top
   import cifar10_predict  # pylint: disable=g-import-not-at-top
+  from machinery import errors  # pylint: disable=g-import-not-at-top
   real_inference = cifar10.inference
   monkeypatch.setattr(cifar10, 'inference', lambda images: (
       tf.debugging.check_numerics(real_inference(images) * np.inf,
@@ -292,7 +292,7 @@ def test_a_model_failure_is_one_line_with_tensorflows_reason(
   paths = [os.path.join(png_dir, '00.png'), str(bad)]
   monkeypatch.setattr(cifar10.FLAGS['use_bf16'], 'present', 1)
   with flagsaver.flagsaver(batch_size=2, use_bf16=True):
-    with pytest.raises(cifar10_cli.UsageError) as error:
+    with pytest.raises(errors.ModelError) as error:
       cifar10_predict.classify(classifier, paths)
   assert str(error.value).startswith(
       'The model failed on images that decode: the logits : Tensor had Inf '

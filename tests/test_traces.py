@@ -1,4 +1,4 @@
-"""--trace_steps (cifar10_hooks.TraceHook) and docs/plot_timeline.py: a
+"""--trace_steps (machinery/step_hooks.py) and docs/plot_timeline.py: a
 trace of each listed step, and nothing else; a picture of one."""
 
 import glob

@@ -159,9 +159,10 @@ def test_eval_data_chooses_the_files(tmp_path, eval_data, expected):
 def test_periodic_eval_evaluates_each_checkpoint_once_and_skips_a_gone_one(
     fake_data_dir, tmp_path, monkeypatch, capsys):
   import cifar10_eval  # pylint: disable=g-import-not-at-top
+  from machinery import checkpoints  # pylint: disable=g-import-not-at-top
   checkpoint_dir = str(tmp_path / 'constant')
   _save_constant_model(checkpoint_dir, label=3)
-  real_check = cifar10_eval.check_checkpoint
+  real_check = checkpoints.check_checkpoint
   calls = []
 
   def deleted_at_first(path, var_list):
@@ -176,7 +177,7 @@ def test_periodic_eval_evaluates_each_checkpoint_once_and_skips_a_gone_one(
     sleeps.append(seconds)
     if len(sleeps) == 3:  # A gone one, an evaluation, nothing new: enough.
       raise KeyboardInterrupt
-  monkeypatch.setattr(cifar10_eval, 'check_checkpoint', deleted_at_first)
+  monkeypatch.setattr(checkpoints, 'check_checkpoint', deleted_at_first)
   monkeypatch.setattr(cifar10_eval.time, 'sleep', sleep)
   eval_dir = str(tmp_path / 'eval')
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8,
@@ -281,8 +282,8 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(fake_data_dir, tmp_path):
 
 
 def test_a_second_signal_interrupts_at_once():
-  import cifar10_hooks  # pylint: disable=g-import-not-at-top
-  hook = cifar10_hooks.StopOnSignalHook()
+  from machinery import step_hooks  # pylint: disable=g-import-not-at-top
+  hook = step_hooks.StopOnSignalHook()
   hook.begin()
   try:
     os.kill(os.getpid(), signal.SIGINT)  # Noted: stop after this step.
@@ -295,13 +296,13 @@ def test_a_second_signal_interrupts_at_once():
 
 
 def test_an_interrupt_is_one_line_and_status_130(capsys, monkeypatch):
-  import cifar10_cli  # pylint: disable=g-import-not-at-top
+  from machinery import cli  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(sys, 'argv', ['cifar10_train.py'])
 
   def interrupted(argv):
     raise KeyboardInterrupt
   with pytest.raises(SystemExit) as exit_status:
-    cifar10_cli.run_main(interrupted)
+    cli.run_main(interrupted)
   assert exit_status.value.code == 130
   assert capsys.readouterr().err == 'Interrupted.\n'
 

@@ -1,10 +1,10 @@
-"""The machine's devices: where the towers go, and what the devices can run.
+"""Chooses where the towers go, and tells what this machine's devices can run.
 
 tower_devices() chooses a device for each tower of the multi-GPU and
 distributed trainers: a GPU each, virtual GPUs split from GPU 0
 (--virtual_gpus), or the CPU; all_reduce_between() which collective
 averages their gradients when each keeps its own variables.
-session_config() is the ConfigProto every script's sessions start from.
+session_config() makes the ConfigProto every script's sessions start from.
 precision_notice() says when --use_fp16 or --use_bf16 will be slow here
 (a CPU without bfloat16 units, a GPU without tensor cores for it), and
 nchw_runs_here() whether --data_format=NCHW can run (GPUs, or
@@ -17,8 +17,8 @@ from __future__ import print_function
 
 import functools
 
-import cifar10_cli
-import cifar10_env
+from machinery import environment
+from machinery import errors
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -40,7 +40,7 @@ FP16_GPU_CAPABILITY = (7, 0)
 
 
 def session_config(num_gpus=1):
-  """The ConfigProto of every script's sessions.
+  """Makes the ConfigProto of every script's sessions.
 
   Soft placement; the first num_gpus GPUs only, so that a script of one
   tower (train, eval, predict) opens one GPU, not every GPU of the machine
@@ -51,6 +51,9 @@ def session_config(num_gpus=1):
 
   Args:
     num_gpus: how many GPUs the sessions use.
+
+  Returns:
+    A tf.compat.v1.ConfigProto.
   """
   config = tf1.ConfigProto(
       allow_soft_placement=True,
@@ -82,7 +85,7 @@ def tower_devices(num_towers, virtual=False, what='tower'):
     config: the tf.compat.v1.ConfigProto for the session, which makes them.
 
   Raises:
-    cifar10_cli.UsageError: more towers than GPUs, and not virtual.
+    errors.UsageError: more towers than GPUs, and not virtual.
   """
   num_visible = len(tf.config.list_physical_devices('GPU'))
   devices = ['/gpu:%d' % i for i in range(num_towers)]
@@ -97,12 +100,12 @@ def tower_devices(num_towers, virtual=False, what='tower'):
           'cores.' % (num_visible, num_towers, num_towers - 1))
     return devices, config
   if num_visible and what == 'tower':
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         '--num_gpus=%d, but only %d GPU(s) are visible. Use --num_gpus=%d '
         'or less, or add --virtual_gpus to split GPU 0 into %d virtual '
         'GPUs.' % (num_towers, num_visible, num_visible, num_towers))
   if num_visible:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'The %d %ss need a GPU each, but only %d GPU(s) are visible. Add '
         '--virtual_gpus to split GPU 0 into %d virtual GPUs.'
         % (num_towers, what, num_visible, num_towers))
@@ -118,7 +121,7 @@ def tower_devices(num_towers, virtual=False, what='tower'):
 
 
 def all_reduce_between(devices, gpus_shared=False):
-  """Which collective averages the gradients of towers on devices.
+  """Chooses the collective that averages the gradients of towers on devices.
 
   NCCL where every tower has a GPU of its own; TensorFlow's ring
   otherwise: on CPUs, and between virtual GPUs of one card or GPUs that
@@ -153,7 +156,7 @@ def all_reduce_between(devices, gpus_shared=False):
 
 
 def describe_gpus():
-  """Each visible GPU, named, with its compute capability.
+  """Names each visible GPU, with its compute capability.
 
   Returns:
     A list of ('GPU:i (name, compute capability x.y)', (x, y)).
@@ -169,17 +172,17 @@ def describe_gpus():
 
 def _cpu_has_bf16_units():
   """Returns whether this CPU has bfloat16 units (AVX512_BF16 or AMX)."""
-  return bool(cifar10_env.cpu_flags() & {'avx512_bf16', 'amx_bf16'})
+  return bool(environment.cpu_flags() & {'avx512_bf16', 'amx_bf16'})
 
 
 def _gpus_before(capability):
-  """The visible GPUs of a compute capability below capability, described
-  as describe_gpus() describes them."""
+  """Returns the visible GPUs of a compute capability below capability,
+  described as describe_gpus() describes them."""
   return [gpu for gpu, its in describe_gpus() if its < capability]
 
 
 def precision_notice(use_fp16, use_bf16):
-  """The notice that a chosen mixed precision will be slow here, or None.
+  """Says when a chosen mixed precision will be slow here.
 
   Args:
     use_fp16: --use_fp16.
@@ -215,7 +218,7 @@ def precision_notice(use_fp16, use_bf16):
 
 @functools.lru_cache(maxsize=None)
 def nchw_runs_here():
-  """Whether the model can run channels-first (NCHW) on this machine.
+  """Tells whether the model can run channels-first (NCHW) on this machine.
 
   GPUs can. TensorFlow's own CPU kernels pool channels-last only; with
   oneDNN (on by default only on CPUs with AVX512_VNNI, AVX512_BF16 or

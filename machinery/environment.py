@@ -1,7 +1,7 @@
-"""The environment TensorFlow starts in, set before it is imported.
+"""Sets the environment TensorFlow starts in, before it is imported.
 
-cifar10.py imports this module first, before TensorFlow, so every script
-starts TensorFlow the same way:
+Importing the machinery package calls set_up(), before any script imports
+TensorFlow, so every script starts TensorFlow the same way:
 
 - its C++ start-up chatter is kept off the console (TF_CPP_MIN_LOG_LEVEL
   2: errors still show);
@@ -33,8 +33,8 @@ CPUINFO = '/proc/cpuinfo'
 
 
 def cpu_flags():
-  """The flags of this machine's CPU ('avx2', 'avx512_bf16', ...): a set,
-  empty where /proc/cpuinfo does not say."""
+  """Returns the flags of this machine's CPU ('avx2', 'avx512_bf16', ...):
+  a set, empty where /proc/cpuinfo does not say."""
   if not os.path.exists(CPUINFO):
     return set()
   with open(CPUINFO) as f:
@@ -43,7 +43,7 @@ def cpu_flags():
 
 
 def onednn_setting(flags, environ):
-  """The TF_ENABLE_ONEDNN_OPTS this process should start TensorFlow with.
+  """Chooses the TF_ENABLE_ONEDNN_OPTS to start TensorFlow with.
 
   Args:
     flags: the CPU's flags (cpu_flags()).
@@ -60,7 +60,13 @@ def onednn_setting(flags, environ):
   return None
 
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-_onednn = onednn_setting(cpu_flags(), os.environ)
-if _onednn:
-  os.environ['TF_ENABLE_ONEDNN_OPTS'] = _onednn
+def set_up(environ=os.environ):
+  """Sets TensorFlow's start-up logging and oneDNN in environ.
+
+  Args:
+    environ: the environment TensorFlow will read (os.environ).
+  """
+  environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  onednn = onednn_setting(cpu_flags(), environ)
+  if onednn:
+    environ['TF_ENABLE_ONEDNN_OPTS'] = onednn

@@ -1,4 +1,4 @@
-"""The cluster a distributed training task belongs to, and its servers.
+"""Reads the cluster a distributed training task belongs to; starts its server.
 
 Where the tasks are comes from the command line or, without host lists
 there, from the TF_CONFIG environment variable that Kubernetes (Kubeflow's
@@ -13,13 +13,13 @@ are the workers after it. Task types are read in any case. --job_name and
 --task_index given on the command line win over TF_CONFIG's task.
 
 With parameter-server tasks the cluster trains in parameter-server mode;
-without, its workers all-reduce their gradients (--variable_update says
-so, or follows the cluster).
+without, its workers all-reduce their gradients (the distributed trainer's
+--variable_update says so, or follows the cluster).
 
 Usage:
-  task = cifar10_cluster.from_flags_or_tf_config()
-  print(task.describe(mode))
-  server = start_server(task, server_config(task, mode, config))
+  task = cluster.from_flags_or_tf_config()
+  print(task.describe(all_reduce))
+  server = start_server(task, server_config(task, all_reduce, config))
 """
 
 from __future__ import absolute_import
@@ -31,9 +31,8 @@ import json
 import os
 import socket
 
-import cifar10_cli
-import cifar10_devices
-import cifar10_replicated
+from machinery import hardware
+from machinery import errors
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -55,7 +54,7 @@ CONNECT_SECS = 2
 class Task(collections.namedtuple(
     'Task', ['ps_hosts', 'worker_hosts', 'job_name', 'task_index',
              'source'])):
-  """This task and its cluster.
+  """Holds this task and its cluster.
 
   Attributes:
     ps_hosts: host:port of each ps task.
@@ -67,44 +66,48 @@ class Task(collections.namedtuple(
 
   @property
   def name(self):
-    """'worker 1', 'ps 0'."""
+    """Names the task: 'worker 1', 'ps 0'."""
     return '%s %d' % (self.job_name, self.task_index)
 
   @property
   def is_chief(self):
+    """Tells whether the task is worker 0, the chief."""
     return self.job_name == 'worker' and self.task_index == 0
 
   def address(self, job_name, task_index):
+    """Returns the host:port of a task of the cluster."""
     hosts = self.ps_hosts if job_name == 'ps' else self.worker_hosts
     return hosts[task_index]
 
   def cluster_spec(self):
-    """The tf.compat.v1.train.ClusterSpec; a job without tasks is left out."""
+    """Makes the tf.compat.v1.train.ClusterSpec; a job without tasks is
+    left out."""
     jobs = {'worker': list(self.worker_hosts)}
     if self.ps_hosts:
       jobs['ps'] = list(self.ps_hosts)
     return tf1.train.ClusterSpec(jobs)
 
-  def describe(self, mode):
-    """The start line: this task, the cluster, its mode and their source."""
+  def describe(self, all_reduce):
+    """Words the start line: this task, the cluster, how its workers share
+    the variables (all_reduce or ps tasks), and where it came from."""
     return ('%s of a cluster of %d worker(s) and %d ps task(s), from %s; %s.'
             % (self.name.capitalize(), len(self.worker_hosts),
                len(self.ps_hosts), self.source,
-               'the ps tasks hold the variables'
-               if mode == cifar10_replicated.PARAMETER_SERVER
-               else 'every worker holds the variables, gradients are '
-               'all-reduced between workers'))
+               'every worker holds the variables, gradients are '
+               'all-reduced between workers' if all_reduce
+               else 'the ps tasks hold the variables'))
 
 
 def _tf_config_error(what):
-  return cifar10_cli.UsageError(
+  """Makes the UsageError of a TF_CONFIG that says what."""
+  return errors.UsageError(
       'TF_CONFIG %s. It should read like {"cluster": {"chief": ["host:port"], '
       '"worker": [...], "ps": [...]}, "task": {"type": "worker", "index": '
       '0}}.' % what)
 
 
 def _hosts(cluster, task_type):
-  """The host:port list of one task type of TF_CONFIG's cluster."""
+  """Returns the host:port list of one task type of TF_CONFIG's cluster."""
   hosts = cluster.get(task_type, [])
   if isinstance(hosts, dict):  # Sparse: {"0": "host:port", ...}.
     hosts = [hosts[k] for k in sorted(hosts, key=int)]
@@ -132,7 +135,7 @@ def parse_tf_config(text):
     worker 0.
 
   Raises:
-    cifar10_cli.UsageError: malformed or inconsistent, in one line.
+    errors.UsageError: malformed or inconsistent, in one line.
   """
   try:
     config = json.loads(text)
@@ -177,7 +180,7 @@ def parse_tf_config(text):
 
 
 def from_flags_or_tf_config():
-  """This task and its cluster, from the command line or from TF_CONFIG.
+  """Reads this task and its cluster from the command line or TF_CONFIG.
 
   The host lists of the command line, if given, are the cluster; else
   TF_CONFIG's. --job_name and --task_index given on the command line win.
@@ -186,7 +189,7 @@ def from_flags_or_tf_config():
     A Task.
 
   Raises:
-    cifar10_cli.UsageError: no cluster, or a task not in it.
+    errors.UsageError: no cluster, or a task not in it.
   """
   if FLAGS.ps_hosts or FLAGS.worker_hosts:
     ps, workers = list(FLAGS.ps_hosts), list(FLAGS.worker_hosts)
@@ -202,52 +205,25 @@ def from_flags_or_tf_config():
                     else task_index)
       source = 'TF_CONFIG, the task from the command line'
   else:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'Give the cluster: --worker_hosts=host:port,... (and '
         '--ps_hosts=host:port,... for parameter servers), or set TF_CONFIG.')
   if job_name is None:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'Give this task\'s job: --job_name=ps or --job_name=worker.')
   if not workers:
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'Give the workers: --worker_hosts=host:port,...')
   hosts = ps if job_name == 'ps' else workers
   if task_index >= len(hosts):
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         '--task_index=%d, but --%s_hosts lists %d task(s).'
         % (task_index, job_name, len(hosts)))
   return Task(ps, workers, job_name, task_index, source)
 
 
-def mode_of(task):
-  """How the workers share the variables: PARAMETER_SERVER or REPLICATED
-  (all-reduce), the values of --variable_update (cifar10_replicated.py).
-
-  An explicit --variable_update must fit the cluster; without one, the
-  cluster decides: ps tasks, parameter-server mode; none, all-reduce.
-
-  Raises:
-    cifar10_cli.UsageError: --variable_update does not fit the cluster.
-  """
-  if not FLAGS['variable_update'].present:
-    return (cifar10_replicated.PARAMETER_SERVER if task.ps_hosts
-            else cifar10_replicated.REPLICATED)
-  if FLAGS.variable_update == cifar10_replicated.REPLICATED and task.ps_hosts:
-    raise cifar10_cli.UsageError(
-        '--variable_update=replicated keeps the variables on the workers and '
-        'all-reduces between them: give no ps tasks (%d are given, from %s).'
-        % (len(task.ps_hosts), task.source))
-  if (FLAGS.variable_update == cifar10_replicated.PARAMETER_SERVER and
-      not task.ps_hosts):
-    raise cifar10_cli.UsageError(
-        '--variable_update=parameter_server needs ps tasks: give '
-        '--ps_hosts, or use --variable_update=replicated to all-reduce '
-        'between the workers.')
-  return FLAGS.variable_update
-
-
 def local_gpus(task, num_gpus, num_visible):
-  """The GPUs of this worker when several workers share its machine.
+  """Chooses the GPUs of this worker when several workers share its machine.
 
   Workers with the same host take consecutive blocks of num_gpus GPUs,
   in the order of the worker list, so that none shares a GPU.
@@ -269,7 +245,7 @@ def local_gpus(task, num_gpus, num_visible):
 
 
 def gpus_shared(task, num_gpus, num_visible):
-  """Whether this worker shares its GPUs with other workers of its machine
+  """Tells whether this worker shares its GPUs with other workers of its machine
   (there are too few for local_gpus to give each its own).
 
   Args as local_gpus's.
@@ -280,14 +256,14 @@ def gpus_shared(task, num_gpus, num_visible):
 
 
 def _workers_on_its_host(task):
-  """The indices of the workers with the same host as task's, in order."""
+  """Returns the indices of the workers on task's host, in order."""
   host = task.worker_hosts[task.task_index].rpartition(':')[0]
   return [i for i, address in enumerate(task.worker_hosts)
           if address.rpartition(':')[0] == host]
 
 
-def server_config(task, mode, config):
-  """The ConfigProto this task's server starts with.
+def server_config(task, all_reduce, config):
+  """Makes the ConfigProto this task's server starts with.
 
   A ps task makes no GPU devices (it serves variables from its CPU and
   opens no CUDA context); all-reduce workers name the group leader of
@@ -295,34 +271,33 @@ def server_config(task, mode, config):
 
   Args:
     task: the Task.
-    mode: PARAMETER_SERVER or REPLICATED (see mode_of).
+    all_reduce: whether the workers all-reduce (no ps tasks).
     config: the worker's ConfigProto (its tower devices); ignored for ps.
 
   Returns:
     A tf.compat.v1.ConfigProto.
   """
   if task.job_name == 'ps':
-    config = cifar10_devices.session_config()
+    config = hardware.session_config()
     config.device_count['GPU'] = 0
     return config
   config = _copy(config)
-  if mode == cifar10_replicated.REPLICATED:
+  if all_reduce:
     config.experimental.collective_group_leader = GROUP_LEADER
   return config
 
 
-def session_config(task, mode, config):
-  """The ConfigProto of a worker's sessions: its server's, seeing the ps
-  tasks (parameter-server mode) and itself only."""
-  config = server_config(task, mode, config)
+def session_config(task, all_reduce, config):
+  """Makes the ConfigProto of a worker's sessions: its server's, seeing
+  itself and the ps tasks (parameter-server mode) only."""
+  config = server_config(task, all_reduce, config)
   own = '/job:worker/task:%d' % task.task_index
-  config.device_filters.extend(
-      ['/job:ps', own] if mode == cifar10_replicated.PARAMETER_SERVER
-      else [own])
+  config.device_filters.extend([own] if all_reduce else ['/job:ps', own])
   return config
 
 
 def _copy(config):
+  """Returns a copy of a ConfigProto."""
   copied = tf1.ConfigProto()
   copied.CopyFrom(config)
   return copied
@@ -335,22 +310,22 @@ def start_server(task, config):
     The tf.distribute.Server.
 
   Raises:
-    cifar10_cli.UsageError: it cannot listen at its address.
+    errors.UsageError: it cannot listen at its address.
   """
   try:
     return tf1.train.Server(task.cluster_spec(), job_name=task.job_name,
                             task_index=task.task_index, config=config)
   except tf.errors.UnknownError as e:  # gRPC could not bind the address.
-    raise cifar10_cli.UsageError(
+    raise errors.UsageError(
         'Cannot start the %s task %d server at %s: %s. Is the port in use, '
         'or the host not this machine?'
         % (task.job_name, task.task_index,
            task.address(task.job_name, task.task_index),
-           cifar10_cli.tf_reason(e)))
+           errors.tf_reason(e)))
 
 
 def unanswered_peers(task):
-  """The other workers whose servers do not accept a connection.
+  """Finds the other workers whose servers do not accept a connection.
 
   Returns:
     A list of 'worker i (host:port)', in order.

@@ -1,5 +1,5 @@
-"""Finding and reading checkpoints: what the trainers resume from and the
-evaluator and cifar10_predict.py restore.
+"""Finds the checkpoint the trainers resume from and the evaluator and
+cifar10_predict.py restore, and checks that it is this model's.
 
 A run directory (--train_dir) holds the checkpoints model.ckpt-N (an
 .index file and .data-*-of-* files each) and the `checkpoint` index file
@@ -18,6 +18,7 @@ with the reason:
   latest = latest_checkpoint('/data/run')
   latest.path         # '/data/run/model.ckpt-10'
   latest.passed_over  # [('/data/run/model.ckpt-20', 'its data file ...')]
+  step = check_checkpoint(latest.path, saver_var_list)  # This model's?
 
 Readers only read. A trainer about to resume calls prepare_resume(), which
 also moves the files of the checkpoints it passes over (and an unreadable
@@ -33,11 +34,14 @@ import collections
 import os
 import re
 
-import cifar10_cli
+from machinery import console
+from machinery import errors
 import numpy as np
 import tensorflow as tf
 
 tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
 
 # The index file that names the latest checkpoint of a directory.
 INDEX_FILE = 'checkpoint'
@@ -52,7 +56,7 @@ _CHECKPOINT_FILE = re.compile(
 
 Latest = collections.namedtuple('Latest', ['path', 'passed_over',
                                            'index_problem'])
-Latest.__doc__ = """The latest readable checkpoint of a directory.
+Latest.__doc__ = """Holds the latest readable checkpoint of a directory.
 
 Attributes:
   path: its path prefix, or None when the directory holds no checkpoint.
@@ -62,12 +66,17 @@ Attributes:
 """
 
 
-class CheckpointError(cifar10_cli.Error):
-  """A directory holds checkpoints, but none of them can be read."""
+def define_checkpoint_dir_flag():
+  """Defines --checkpoint_dir, the flag of the scripts that read a
+  trainer's checkpoints (the evaluator, cifar10_predict.py)."""
+  if 'checkpoint_dir' in FLAGS:
+    return  # Both scripts imported into one process (tests).
+  flags.DEFINE_string('checkpoint_dir', '/tmp/cifar10_train',
+                      'Directory where to read model checkpoints.')
 
 
 def _step_of(path):
-  """The global step in a checkpoint's name (model.ckpt-N), or -1."""
+  """Returns the global step in a checkpoint's name (model.ckpt-N), or -1."""
   match = re.search(r'-(\d+)$', path)
   return int(match.group(1)) if match else -1
 
@@ -84,7 +93,7 @@ def _read_index_file(directory):
   if not tf.io.gfile.exists(filename):
     return [], None
   try:
-    with cifar10_cli.quiet_tf_logging():  # Its own 'Checkpoint ignored' lines.
+    with console.quiet_tf_logging():  # Its own 'Checkpoint ignored' lines.
       state = tf1.train.get_checkpoint_state(directory)
   except ValueError:
     state = None
@@ -104,15 +113,15 @@ def _read_index_file(directory):
 
 
 def _files_of(prefix, meta=False):
-  """The files of checkpoint prefix that exist: its .index and data files,
-  and its .meta graph if meta."""
+  """Returns the files of checkpoint prefix that exist: its .index and data
+  files, and its .meta graph if meta."""
   return sorted(tf.io.gfile.glob(prefix + '.index') +
                 tf.io.gfile.glob(prefix + '.data-*-of-*') +
                 (tf.io.gfile.glob(prefix + '.meta') if meta else []))
 
 
 def _scan(directory):
-  """The prefixes of the checkpoint files in directory."""
+  """Returns the prefixes of the checkpoint files in directory."""
   prefixes = set()
   for name in tf.io.gfile.listdir(directory):
     match = _CHECKPOINT_FILE.match(name)
@@ -122,7 +131,7 @@ def _scan(directory):
 
 
 def unreadable_reason(prefix):
-  """Why a checkpoint cannot be restored, or None if it can.
+  """Tells why a checkpoint cannot be restored, or None if it can.
 
   Reads every value back (the reader checks each one's checksum) and
   checks that the floating-point ones are finite.
@@ -147,7 +156,7 @@ def unreadable_reason(prefix):
     reader = tf.train.load_checkpoint(prefix)
   except tf.errors.OpError as e:  # Damaged, or not a file: the reason says.
     return 'its index file %s.index cannot be read (%s)' % (
-        name, cifar10_cli.tf_reason(e))
+        name, errors.tf_reason(e))
   try:
     for var_name, dtype in reader.get_variable_to_dtype_map().items():
       value = reader.get_tensor(var_name)
@@ -155,9 +164,9 @@ def unreadable_reason(prefix):
         return ('it holds NaN or infinite values (%s): training had '
                 'diverged' % var_name)
   except IndexError as e:  # OUT_OF_RANGE: the file ends before the data.
-    return 'its data is cut short (%s)' % cifar10_cli.tf_reason(e)
+    return 'its data is cut short (%s)' % errors.tf_reason(e)
   except tf.errors.OpError as e:  # A checksum that does not match, ...
-    return 'its data cannot be read (%s)' % cifar10_cli.tf_reason(e)
+    return 'its data cannot be read (%s)' % errors.tf_reason(e)
   return None
 
 
@@ -171,7 +180,7 @@ def latest_checkpoint(directory):
     A Latest: path None if the directory holds no checkpoint at all.
 
   Raises:
-    CheckpointError: it holds checkpoints, but none is readable.
+    errors.CheckpointError: it holds checkpoints, but none is readable.
   """
   if not tf.io.gfile.isdir(directory):
     return Latest(None, [], None)
@@ -189,7 +198,7 @@ def latest_checkpoint(directory):
     passed_over.append((path, reason))
   if not passed_over:
     return Latest(None, [], index_problem)
-  raise CheckpointError(
+  raise errors.CheckpointError(
       'No readable checkpoint in %s: %s. Nothing was changed; copy the '
       'checkpoint files in again from where they came from, or use another '
       'directory.' % (directory, '; '.join(
@@ -216,7 +225,7 @@ def _set_aside(train_dir, paths):
 
 
 def notes(latest, then, set_aside=None):
-  """The lines that say what latest_checkpoint() passed over, and why.
+  """Words the lines that say what latest_checkpoint() passed over, and why.
 
   The one wording of these notes, for the trainers, the evaluator and
   cifar10_predict.py.
@@ -262,7 +271,8 @@ def prepare_resume(train_dir, report=print):
     The checkpoint's path, or None when train_dir holds none.
 
   Raises:
-    CheckpointError: train_dir holds checkpoints, none of them readable.
+    errors.CheckpointError: train_dir holds checkpoints, none of them
+      readable.
   """
   latest = latest_checkpoint(train_dir)
   set_aside = {}
@@ -304,11 +314,40 @@ def write_index(train_dir, path):
           ['model_checkpoint_path: "%s"' % paths[-1]] +
           ['all_model_checkpoint_paths: "%s"' % p for p in paths]):
         return
-  with cifar10_cli.quiet_tf_logging():  # update_checkpoint_state is deprecated.
+  with console.quiet_tf_logging():  # update_checkpoint_state is deprecated.
     # Relative paths under an absolute train_dir are written as they are.
     tf1.train.update_checkpoint_state(
         os.path.abspath(train_dir), paths[-1],
         all_model_checkpoint_paths=paths)
+
+
+def check_checkpoint(checkpoint_path, var_list):
+  """Checks that a checkpoint holds this model's variables.
+
+  Args:
+    checkpoint_path: the checkpoint.
+    var_list: dict of the names in the checkpoint to restore from to the
+      model's variables.
+
+  Returns:
+    The global step the checkpoint was saved at.
+
+  Raises:
+    errors.CheckpointError: a variable is missing, or has another shape.
+    tf.errors.NotFoundError: the checkpoint is gone.
+  """
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  shapes = reader.get_variable_to_shape_map()
+  for name, var in sorted(var_list.items()):
+    if shapes.get(name) != var.shape.as_list():
+      raise errors.CheckpointError(
+          'Checkpoint %s is not this model\'s: %s. Point --checkpoint_dir at '
+          'a --train_dir of this project\'s trainers.'
+          % (checkpoint_path,
+             'it has no %s' % name if name not in shapes else
+             '%s is %s there, %s here' % (name, shapes[name],
+                                           var.shape.as_list())))
+  return int(reader.get_tensor(tf1.GraphKeys.GLOBAL_STEP))
 
 
 def checkpoint_step(checkpoint_path):
@@ -331,7 +370,7 @@ def rewind_to_finite(train_dir):
   """
   try:
     latest = latest_checkpoint(train_dir).path
-  except CheckpointError:
+  except errors.CheckpointError:
     return None
   if latest:
     write_index(train_dir, latest)
@@ -351,13 +390,18 @@ def add_saver():
 
 
 class CheckpointSaverHook(tf1.train.CheckpointSaverHook):
-  """TensorFlow's checkpoint saver, except that it does not save again the
-  checkpoint training resumes from (it would at the start), so the files
-  a user has stay exactly as they were."""
+  """Saves checkpoints as TensorFlow's saver hook does, except that it does
+  not save again the checkpoint training resumes from (it would at the
+  start), so the files a user has stay exactly as they were."""
 
   def __init__(self, resumed_step, *args, **kwargs):
-    """resumed_step: the step of the checkpoint resumed from, or None; the
-    other arguments are tf.compat.v1.train.CheckpointSaverHook's."""
+    """Makes the hook.
+
+    Args:
+      resumed_step: the step of the checkpoint resumed from, or None.
+      *args: tf.compat.v1.train.CheckpointSaverHook's arguments.
+      **kwargs: its keyword arguments.
+    """
     super(CheckpointSaverHook, self).__init__(*args, **kwargs)
     self._resumed_step = resumed_step
 

@@ -1,13 +1,12 @@
-"""The hooks the trainers' sessions run at every step.
+"""Defines the hooks the trainers' sessions run at every step.
 
-The tutorial's step line (LoggerHook), the stop on a NaN loss
-(NanLossHook), a clean stop on Ctrl-C or SIGTERM (StopOnSignalHook), and
-a trace of the steps --trace_steps lists (TraceHook).
-cifar10_session.run_training adds them to its training session:
+The tutorial's step line (LoggerHook) and its stop on a NaN loss
+(NanLossHook), which a trainer gives its session; a clean stop on Ctrl-C
+or SIGTERM (StopOnSignalHook) and a trace of the steps --trace_steps lists
+(TraceHook), which session.training_session adds:
 
-  hooks = [NanLossHook(loss), StopOnSignalHook(),
-           LoggerHook(loss, log_frequency=10, examples_per_step=128),
-           TraceHook([100, 1000], '/tmp/cifar10_train')]
+  hooks=[NanLossHook(loss),
+         LoggerHook(loss, log_frequency=10, examples_per_step=128)]
 """
 
 from __future__ import absolute_import
@@ -31,7 +30,7 @@ tf1 = tf.compat.v1
 
 
 class NanLossError(Exception):
-  """The loss became NaN or infinite."""
+  """Stops the session when the loss became NaN or infinite."""
 
   def __init__(self, step, value):
     super(NanLossError, self).__init__('step %d, loss = %s' % (step, value))
@@ -40,7 +39,7 @@ class NanLossError(Exception):
 
 
 class _StepCounter(tf1.train.SessionRunHook):
-  """Base hook that knows the global step of the run in progress."""
+  """Knows the global step of the run in progress (a base hook)."""
 
   def __init__(self):
     self.step = 0

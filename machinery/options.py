@@ -1,12 +1,13 @@
-"""The options for speed: mixed precision, the layout, XLA.
+"""Defines the options for speed: mixed precision, the layout, XLA.
 
 Each keeps the same model and checkpoints (float32 variables with the
 same names); docs/options.md says how each works and what it gives.
 cifar10.py builds the model with them in one line each:
 
   images = tf.cast(images, compute_dtype())   # --use_fp16, --use_bf16
-  with compile_scope():                       # --xla
-    conv = tf.nn.conv2d(..., data_format=data_format())
+  @compiled                                   # --xla
+  def inference(images): ...
+  conv = tf.nn.conv2d(..., data_format=data_format())
   scale = loss_scale()                        # --use_fp16's loss scaling
 
 Until a script parses its flags, every flag reads as its default.
@@ -16,10 +17,9 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
-import contextlib
 import functools
 
-import cifar10_devices
+from machinery import hardware
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -47,7 +47,7 @@ flags.DEFINE_enum('data_format', 'auto', ['auto', 'NHWC', 'NCHW'],
                   'float32 layout), or auto: NCHW for a model built for a GPU '
                   'in float32, else NHWC.')
 flags.register_validator(
-    'data_format', lambda fmt: fmt != 'NCHW' or cifar10_devices.nchw_runs_here(),
+    'data_format', lambda fmt: fmt != 'NCHW' or hardware.nchw_runs_here(),
     message='it needs a GPU, or a TensorFlow that pools '
     'channels-first on the CPU (oneDNN, on by default only on CPUs with '
     'AVX512_VNNI, AVX512_BF16 or AMX); this machine has neither: use NHWC '
@@ -66,21 +66,12 @@ def _is_positive_number(text):
 
 
 def compute_dtype():
-  """The dtype the model computes in, per --use_fp16/--use_bf16."""
+  """Returns the dtype the model computes in, per --use_fp16/--use_bf16."""
   if FLAGS['use_fp16'].value:
     return tf.float16
   if FLAGS['use_bf16'].value:
     return tf.bfloat16
   return tf.float32
-
-
-@functools.lru_cache(maxsize=None)
-def precision_notice():
-  """Prints, once, that the chosen precision will be slow here."""
-  notice = cifar10_devices.precision_notice(FLAGS['use_fp16'].value,
-                                            FLAGS['use_bf16'].value)
-  if notice:
-    print(notice)
 
 
 def data_format():
@@ -107,22 +98,38 @@ def data_format():
 
 
 def _device_of_scope():
-  """The device an op built here is placed on by the device scope ('' for
-  none, or outside a graph), read off a NoOp built here for the purpose."""
+  """Returns the device an op built here is placed on by the device scope
+  ('' for none, or outside a graph), read off a NoOp built for the
+  purpose."""
   if tf.executing_eagerly():
     return ''
   return tf.no_op(name='device_of_scope').device
 
 
-def compile_scope():
-  """The scope to build the model in: XLA, gradients included, with --xla."""
-  if FLAGS['xla'].value:
-    return tf1.xla.experimental.jit_scope()
-  return contextlib.nullcontext()
+def compiled(build):
+  """Makes a model-building function build under XLA with --xla.
+
+  The ops it builds, and later their gradients, are compiled with XLA
+  (tf.compat.v1.xla.experimental.jit_scope) when --xla is set as it is
+  called; without --xla it builds as it is.
+
+  Args:
+    build: a function that builds the model, e.g. cifar10.inference.
+
+  Returns:
+    The function, wrapped.
+  """
+  @functools.wraps(build)
+  def build_compiled(*args, **kwargs):
+    if not FLAGS['xla'].value:
+      return build(*args, **kwargs)
+    with tf1.xla.experimental.jit_scope():
+      return build(*args, **kwargs)
+  return build_compiled
 
 
 def loss_scale():
-  """With --use_fp16, the loss scale (--loss_scale); otherwise None.
+  """Makes --use_fp16's loss scale (--loss_scale); None without it.
 
   Float16 gradients of small values flush to zero: the loss is multiplied
   by the loss scale before the gradients are taken and they are divided by

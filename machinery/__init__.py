@@ -1,0 +1,29 @@
+"""Holds the machinery the CIFAR-10 scripts run on, a module per job.
+
+The scripts at the top of the repository are the lessons and the programs
+you run; this package holds what they stand on:
+
+  cli             the command line: flags in, one `Error:` line out
+  errors          what stops a script, each error named for what happened
+  console         TensorFlow's own chatter, kept off the console
+  writes          a write that failed (a full disk): one line, no debris
+  environment     how TensorFlow starts: its logging, its oneDNN kernels
+  download        getting the CIFAR-10 archive into --data_dir
+  session         the trainers' session: resume, lock, hooks, failures
+  lock            one trainer per --train_dir
+  step_hooks      what runs at every step: the step line, NaN, Ctrl-C
+  checkpoints     the newest readable checkpoint; moved run directories
+  summaries       TensorBoard summaries tagged the tutorial's way
+  hardware        GPUs, where the towers go on them; session configs
+  options         the options for speed: precision, layout, XLA
+  lrn             the tutorial's LRN, made fast on CPUs
+  cluster         a distributed task's cluster, from flags or TF_CONFIG
+  worker_session  a distributed worker's part in the session
+
+Importing the package sets up TensorFlow's environment before TensorFlow
+starts (environment.py), so a script imports it before TensorFlow.
+"""
+
+from machinery import environment
+
+environment.set_up()

@@ -1,0 +1,295 @@
+"""Opens the trainers' session: the tutorial's, with what keeps a run safe.
+
+A trainer defines its flags with define_trainer_flags and runs its steps
+in training_session, as the tutorial ran them in MonitoredTrainingSession:
+
+  define_trainer_flags(max_steps=100000)
+  ...
+  with training_session(
+      hooks=[tf.compat.v1.train.StopAtStepHook(last_step=FLAGS.max_steps),
+             step_hooks.NanLossHook(loss),
+             step_hooks.LoggerHook(loss, FLAGS.log_frequency, 128)],
+      config=hardware.session_config()) as mon_sess:
+    while not mon_sess.should_stop():
+      mon_sess.run(train_op)
+
+Like MonitoredTrainingSession over --train_dir, it restores the latest
+checkpoint or initializes the model, and saves checkpoints and summaries.
+Around it, one line each in the story's `with`, stands what keeps a run
+safe: a lock keeps a second trainer out of --train_dir (lock.py); the
+newest readable checkpoint is the one resumed from (checkpoints.py);
+Ctrl-C or SIGTERM stops cleanly with a checkpoint; the steps --trace_steps
+lists are traced; a NaN loss, a failed write into --train_dir or a lost
+peer leaves it as one errors.Error. A process trains alone (LocalRole)
+unless the distributed trainer gives it a worker's role in a cluster
+(worker_session.WorkerRole).
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import contextlib
+import functools
+
+from machinery import checkpoints
+from machinery import console
+from machinery import errors
+from machinery import step_hooks
+from machinery import lock
+from machinery import writes
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+# Seconds the training session waits for its threads at the end.
+STOP_GRACE_PERIOD_SECS = 5
+
+
+def define_trainer_flags(max_steps):
+  """Defines the flags every trainer takes.
+
+  Args:
+    max_steps: the default of --max_steps.
+  """
+  if 'train_dir' in FLAGS:
+    return  # Two trainers imported into one process (tests).
+  flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
+                      'Directory where to write event logs and checkpoints. '
+                      'It is never deleted: a rerun resumes from it.')
+  flags.DEFINE_integer('max_steps', max_steps,
+                       'Number of batches to run (the global step to stop at).',
+                       lower_bound=1)
+  flags.DEFINE_boolean('log_device_placement', False,
+                       'Whether to log device placement.')
+  flags.DEFINE_integer('log_frequency', 10,
+                       'How often to log results to the console.',
+                       lower_bound=1)
+  flags.DEFINE_integer('save_checkpoint_steps', 1000,
+                       'Save a checkpoint every this many steps (and at the '
+                       'end, and on Ctrl-C or SIGTERM).', lower_bound=1)
+  flags.DEFINE_integer('save_summaries_steps', 100,
+                       'Write TensorBoard summaries every this many steps.',
+                       lower_bound=1)
+  flags.DEFINE_list('trace_steps', [],
+                    'Global steps to trace, e.g. 100,1000: each one\'s '
+                    'timeline goes to --train_dir as trace-step-N.json '
+                    '(chrome://tracing), its run metadata to TensorBoard\'s '
+                    'Graphs tab. Empty: none.')
+  flags.register_validator(
+      'trace_steps', lambda steps: all(s.isdigit() for s in steps),
+      message='give global steps, numbers from 0, comma-separated')
+
+
+def reached_max_steps(step=None, log_prefix=''):
+  """Says so in one line when training has reached --max_steps.
+
+  Args:
+    step: the global step training would resume from; None: the step of
+      the latest checkpoint in --train_dir.
+    log_prefix: text to start the line with.
+
+  Returns:
+    Whether step is at or past --max_steps.
+  """
+  if step is None:
+    step = checkpoints.checkpoint_step(
+        checkpoints.latest_checkpoint(FLAGS.train_dir).path)
+  if step < FLAGS.max_steps:
+    return False
+  print('%sTraining in %s has reached step %d, --max_steps is %d: nothing '
+        'to do. To train on, run again with a higher --max_steps.'
+        % (log_prefix, FLAGS.train_dir, step, FLAGS.max_steps))
+  return True
+
+
+class LocalRole(object):
+  """Trains in a process alone: the chief of no cluster.
+
+  training_session asks its role how to create the session; the
+  distributed trainer's workers have a role of their own
+  (worker_session.WorkerRole), which can also lose its peers.
+  """
+
+  # Whether this process restores the model, and writes checkpoints and
+  # summaries to --train_dir.
+  is_chief = True
+
+  # The errors that mean a peer is gone (and peer_gone_error() says which):
+  # none, alone.
+  lost_peer_errors = ()
+
+  def session_creator(self, scaffold, config):
+    """Creates the session: restored from --train_dir, or initialized."""
+    return tf1.train.ChiefSessionCreator(
+        scaffold=scaffold, config=config, checkpoint_dir=FLAGS.train_dir)
+
+
+@contextlib.contextmanager
+def training_session(hooks, config=None, scaffold=None, role=None,
+                     log_prefix=''):
+  """Opens the MonitoredSession a trainer runs its steps in.
+
+  Args:
+    hooks: the trainer's SessionRunHooks (the stop at --max_steps, the NaN
+      check, the step line), run before the chief's checkpoint saver.
+    config: a tf.compat.v1.ConfigProto, or None.
+    scaffold: a tf.compat.v1.train.Scaffold (its summary and init ops).
+    role: how this process takes part; None: alone (LocalRole).
+    log_prefix: text to start each line with.
+
+  Yields:
+    The tf.compat.v1.train.MonitoredSession.
+
+  Raises:
+    errors.DivergedError: the loss became NaN (step_hooks.NanLossHook).
+    errors.WriteError: a write into --train_dir failed.
+    errors.LockError: another trainer holds --train_dir.
+    errors.PeerGoneError: a distributed worker lost a peer.
+  """
+  role = role or LocalRole()
+  scaffold = scaffold or tf1.train.Scaffold()
+  held = lock.hold(FLAGS.train_dir) if role.is_chief else None
+  try:
+    resumed_step = _prepare_resume() if role.is_chief else None
+    checkpoints.add_saver()
+    _quiet_session_noise()
+    signal_hook = step_hooks.StopOnSignalHook()
+    with _as_one_error(role), tf1.train.MonitoredSession(
+        session_creator=role.session_creator(scaffold, config),
+        hooks=list(hooks) + [signal_hook] + _chief_hooks(
+            role, resumed_step, scaffold, log_prefix),
+        stop_grace_period_secs=STOP_GRACE_PERIOD_SECS) as mon_sess:
+      with _step_errors():
+        yield mon_sess
+  finally:
+    if held:
+      held.close()
+  if signal_hook.received is not None:
+    print('Stopped by signal %d; checkpoint saved in %s.'
+          % (signal_hook.received, tf1.train.latest_checkpoint(
+              FLAGS.train_dir)))
+
+
+def _prepare_resume():
+  """Readies the newest readable checkpoint of --train_dir to resume from,
+  and says which it is.
+
+  Returns:
+    Its global step, or None when there is none.
+
+  Raises:
+    errors.CheckpointError: no checkpoint there is readable.
+  """
+  # What is on disk and readable, with the index file saying so.
+  latest = checkpoints.prepare_resume(FLAGS.train_dir)
+  if not latest:
+    return None
+  print('Resuming from %s.' % latest)
+  return checkpoints.checkpoint_step(latest)
+
+
+@functools.lru_cache(maxsize=None)
+def _quiet_session_noise():
+  """Keeps two messages of TensorFlow's training session off the console:
+  the event writer thread's report of a failed write, which the session
+  makes one line, and the deprecation notice of get_checkpoint_mtimes,
+  which the session's restore calls on every resume."""
+  console.quiet_event_writer_errors()
+  console.drop_tf_messages('get_checkpoint_mtimes')
+
+
+def _chief_hooks(role, resumed_step, scaffold, log_prefix):
+  """Makes what MonitoredTrainingSession gives a chief (checkpoints,
+  summaries and global_step/sec in --train_dir), and the traces of
+  --trace_steps.
+
+  Args:
+    role: the process's role; a process that is not the chief gets none.
+    resumed_step: the step of the checkpoint resumed from, or None; it is
+      not saved again.
+    scaffold: the session's scaffold (its summary op and saver).
+    log_prefix: text to start each line with.
+
+  Returns:
+    A list of SessionRunHooks.
+  """
+  if not role.is_chief:
+    return []
+  train_dir = FLAGS.train_dir
+  chief_hooks = [
+      checkpoints.CheckpointSaverHook(
+          resumed_step, train_dir, save_steps=FLAGS.save_checkpoint_steps,
+          scaffold=scaffold),
+      tf1.train.StepCounterHook(output_dir=train_dir,
+                                every_n_steps=FLAGS.save_summaries_steps),
+      tf1.train.SummarySaverHook(save_steps=FLAGS.save_summaries_steps,
+                                 output_dir=train_dir, scaffold=scaffold)]
+  if FLAGS.trace_steps:
+    chief_hooks.append(step_hooks.TraceHook(
+        [int(step) for step in FLAGS.trace_steps], train_dir, log_prefix))
+  return chief_hooks
+
+
+@contextlib.contextmanager
+def _step_errors():
+  """Lets a step's failed write leave the session as one WriteError.
+
+  MonitoredSession takes an OutOfRangeError for the end of the input and
+  ends the session as if training were done. The training input repeats
+  for ever, so an OutOfRangeError here is something else: TensorFlow
+  reports a file over a size limit (EFBIG) as one. It must leave the
+  session as another error, or training would stop without a word; so
+  this block stands inside the session.
+  """
+  try:
+    yield
+  except writes.WRITE_ERRORS as e:
+    error = _write_error(e)
+    if error:
+      raise error
+    if isinstance(e, tf.errors.OutOfRangeError):
+      raise RuntimeError('Training stopped on an OutOfRangeError, which its '
+                         'input, repeated for ever, never raises: %s' % e)
+    raise
+
+
+@contextlib.contextmanager
+def _as_one_error(role):
+  """Turns what stops the session into one errors.Error: a NaN loss, a
+  write into --train_dir that fails as the session starts or ends (the
+  first or last checkpoint), a peer the role has lost."""
+  try:
+    yield
+  except step_hooks.NanLossError as e:
+    raise _diverged(e, role.is_chief)
+  except writes.WRITE_ERRORS + role.lost_peer_errors as e:
+    error = _write_error(e)
+    if not error and isinstance(e, role.lost_peer_errors):
+      error = role.peer_gone_error()
+    if not error:
+      raise
+    raise error
+
+
+def _diverged(error, is_chief):
+  """Makes the DivergedError of a NaN loss (a step_hooks.NanLossError)."""
+  return errors.DivergedError(
+      'Model diverged with loss = %s at step %d. The last good checkpoint, '
+      '%s, is kept. Lower --initial_learning_rate (now %g) and run again to '
+      'resume from it.' % (error.value, error.step,
+                           checkpoints.rewind_to_finite(FLAGS.train_dir)
+                           if is_chief else 'of the chief',
+                           FLAGS.initial_learning_rate))
+
+
+def _write_error(error):
+  """Makes the WriteError of an error that is a failed write into
+  --train_dir (writes.write_error), or returns None for any other."""
+  return writes.write_error(
+      error, 'train_dir',
+      then='Training stopped; the last good checkpoint, %s, is kept and the '
+      'next run resumes from it.' % tf1.train.latest_checkpoint(
+          FLAGS.train_dir))

@@ -432,6 +432,8 @@ def train(server, task, mode, local_devices, config, make_batches=None,
   config = cluster.session_config(task, all_reduce, config)
   hooks = list(hooks) + role.hooks()
   with tf.Graph().as_default():
+    # With --seed, the same run every time; each worker its own batches.
+    session.seed_graph(offset=task.task_index)
     batches = make_batches() if make_batches else None
     if all_reduce:
       train_op, loss, scaffold = build_allreduce_graph(task, local_devices,

@@ -130,19 +130,38 @@ def decode_record(record):
   return label, image
 
 
-def distort_image(image):
+def distort_image(image, seed):
   """Applies the tutorial's training distortions, in the tutorial's order.
+
+  The random numbers come from the image's own seed (a stateless draw):
+  whichever thread prepares the image, the same seed gives the same
+  distortions.
 
   Args:
     image: a float32 [32, 32, 3] image.
+    seed: the image's random seed, an int64 [2] tensor.
 
   Returns:
     A float32 [24, 24, 3] image, standardized.
   """
-  image = tf.image.random_crop(image, [IMAGE_SIZE, IMAGE_SIZE, DEPTH])
-  image = tf.image.random_flip_left_right(image)
-  image = tf.image.random_brightness(image, max_delta=63)
-  image = tf.image.random_contrast(image, lower=0.2, upper=1.8)
+  # Five numbers in [0, 1) for this image.
+  crop_y, crop_x, flip, brightness, contrast = tf.unstack(
+      tf.random.stateless_uniform([5], seed))
+
+  # Crop a random 24x24 window: one of 9 x 9 offsets.
+  offsets = tf.cast(tf.stack([crop_y, crop_x]) * (HEIGHT - IMAGE_SIZE + 1),
+                    tf.int32)
+  image = tf.slice(image, tf.concat([offsets, [0]], axis=0),
+                   [IMAGE_SIZE, IMAGE_SIZE, DEPTH])
+
+  # Mirror it left to right, half the time.
+  image = tf.cond(flip < 0.5, lambda: tf.image.flip_left_right(image),
+                  lambda: image)
+
+  # Shift its brightness by up to 63 either way, and scale its contrast by
+  # a factor from 0.2 to 1.8.
+  image = tf.image.adjust_brightness(image, (2 * brightness - 1) * 63)
+  image = tf.image.adjust_contrast(image, 0.2 + 1.6 * contrast)
   return tf.image.per_image_standardization(image)
 
 
@@ -163,9 +182,14 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
              prefetch_batches):
   """Builds the record -> preprocess -> batch pipeline.
 
+  The shuffle and the records' seeds draw from the graph's seed: random
+  without one, the same every run with one (tf.compat.v1.set_random_seed,
+  which --seed sets).
+
   Args:
     filenames: list of binary files.
-    preprocess: function from a [32, 32, 3] image to a [24, 24, 3] one.
+    preprocess: function from a [32, 32, 3] image and its random seed (an
+      int64 [2] tensor) to a [24, 24, 3] image.
     batch_size: images per batch.
     shuffle_buffer: records held for shuffling; 0 for file order.
     prefetch_batches: batches made ahead of the consumer.
@@ -174,13 +198,16 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
     A repeating tf.data.Dataset of (images [batch, 24, 24, 3],
     labels [batch]) with static shapes.
   """
-  def parse(record):
+  def parse(record, seed):
     label, image = decode_record(record)
-    return preprocess(image), label
+    return preprocess(image, seed), label
 
-  dataset = tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES).repeat()
+  records = tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES).repeat()
   if shuffle_buffer:
-    dataset = dataset.shuffle(shuffle_buffer)
+    records = records.shuffle(shuffle_buffer)
+  # Each record with a random seed of its own, for its distortions.
+  seeds = tf.data.Dataset.random().batch(2)
+  dataset = tf.data.Dataset.zip((records, seeds))
   dataset = dataset.map(parse, num_parallel_calls=NUM_PREPROCESS_THREADS)
   dataset = dataset.batch(batch_size, drop_remainder=True)
   return dataset.prefetch(prefetch_batches)
@@ -229,7 +256,11 @@ def distorted_batches(data_dir, batch_size, num_batches):
   with tf.device('/cpu:0'):
     dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches)
     iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
-    batches = [iterator.get_next() for _ in range(num_batches)]
+    batches = []
+    for _ in range(num_batches):
+      # In tower order: batch i goes to tower i, every run (--seed).
+      with tf.control_dependencies(batches[-1] if batches else []):
+        batches.append(iterator.get_next())
   # Display the training images in the visualizer.
   tf.compat.v1.summary.image('images', batches[-1][0])
   return batches
@@ -263,7 +294,8 @@ def inputs(eval_data, data_dir, batch_size):
     labels: int32 [batch_size] tensor.
   """
   with tf.device('/cpu:0'):
-    dataset = _dataset(data_files(data_dir, eval_data), eval_image,
+    dataset = _dataset(data_files(data_dir, eval_data),
+                       lambda image, _: eval_image(image),
                        batch_size, shuffle_buffer=0, prefetch_batches=2)
     images, labels = tf.compat.v1.data.make_one_shot_iterator(
         dataset).get_next()

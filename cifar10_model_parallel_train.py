@@ -111,6 +111,7 @@ def build_train_op(devices):
 def train():
   """Builds the graph and trains it until --max_steps."""
   with tf.Graph().as_default():
+    session.seed_graph()  # With --seed, the same run every time.
     devices, config = hardware.tower_devices(
         len(PARTS), FLAGS.virtual_gpus, what='part')
     train_op, loss = build_train_op(devices)

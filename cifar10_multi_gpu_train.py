@@ -215,6 +215,7 @@ def build_graph(num_towers, virtual=None):
 def train():
   """Builds the towers and trains them until --max_steps."""
   with tf.Graph().as_default():
+    session.seed_graph()  # With --seed, the same run every time.
     train_op, loss, scaffold, config = build_graph(FLAGS.num_gpus)
 
     # As the single-tower trainer's session, the step line counting the

@@ -66,6 +66,7 @@ def build_train_op():
 def train():
   """Builds the graph and trains it until --max_steps."""
   with tf.Graph().as_default():
+    session.seed_graph()  # With --seed, the same run every time.
     train_op, loss = build_train_op()
 
     # The session restores the latest checkpoint of --train_dir (or

@@ -81,6 +81,32 @@ def define_trainer_flags(max_steps):
   flags.register_validator(
       'trace_steps', lambda steps: all(s.isdigit() for s in steps),
       message='give global steps, numbers from 0, comma-separated')
+  flags.DEFINE_integer('seed', None,
+                       'Repeat a run: the same seed gives the same initial '
+                       'weights, data order and distortions, and the same '
+                       'checkpoints, on the same machine. None: random.')
+
+
+def seed_graph(offset=0):
+  """Seeds the default graph with --seed, so that the run repeats.
+
+  The graph's seed fixes every random op built in it: the initial weights,
+  the shuffle, the seed of each record's distortions (cifar10_input.py).
+  The CPU's kernels then repeat their arithmetic exactly; a GPU's (cuDNN's
+  convolutions, atomic additions) do so only with TensorFlow's
+  deterministic kernels, which it turns on where there is a GPU. Call it
+  before building the graph; without --seed it does nothing, and runs
+  stay random.
+
+  Args:
+    offset: added to the seed: a distributed worker's index, so that
+      each worker draws its own batches.
+  """
+  if FLAGS.seed is None:
+    return
+  tf1.set_random_seed(FLAGS.seed + offset)
+  if tf.config.list_physical_devices('GPU'):
+    tf.config.experimental.enable_op_determinism()
 
 
 def reached_max_steps(step=None, log_prefix=''):

@@ -79,10 +79,14 @@ def _source(out, images):
 def test_distort_image_is_random_crop_flip_and_standardized():
   image = np.random.RandomState(1).randint(0, 256, (32, 32, 3))
   with tf.Graph().as_default():
-    tf1.set_random_seed(3)
-    distorted = cifar10_input.distort_image(tf.constant(image, tf.float32))
+    seed = tf1.placeholder(tf.int64, [2])
+    distorted = cifar10_input.distort_image(tf.constant(image, tf.float32),
+                                            seed)
     with tf1.Session() as sess:
-      outs = [sess.run(distorted) for _ in range(30)]
+      outs = [sess.run(distorted, {seed: [i, 7]}) for i in range(30)]
+      # A function of the seed: the same seed, the same distortions.
+      np.testing.assert_array_equal(sess.run(distorted, {seed: [4, 7]}),
+                                    outs[4])
   for out in outs:
     assert out.shape == (24, 24, 3)
     assert abs(out.mean()) < 1e-4 and out.std() == pytest.approx(1, abs=1e-3)
@@ -127,6 +131,34 @@ def test_distorted_batches_keep_labels_with_their_images_and_shuffle(
       sources.append(index)
   # 24 images from the 40 records, in no file order: shuffled.
   assert sources != sorted(sources) and len(set(sources)) >= 10, sources
+
+
+def _two_steps_of_batches(data_dir, seed):
+  """Two steps of 8 towers' distorted batches, in a graph seeded with seed
+  (None: unseeded), from the pipeline's 16 parallel preprocessing calls.
+  (Unless the towers take their batches in order, 8 take them in another
+  order in nearly every graph.)"""
+  with tf.Graph().as_default():
+    tf1.set_random_seed(seed)
+    batches = cifar10_input.distorted_batches(data_dir, 4, 8)
+    with tf1.Session() as sess:
+      return [sess.run(batches) for _ in range(2)]
+
+
+def test_seeded_pipeline_repeats_order_distortions_and_towers(tmp_path):
+  make_fake_data(str(tmp_path), records_per_file=8)
+  first, again, other, unseeded = [
+      _two_steps_of_batches(str(tmp_path), seed) for seed in (5, 5, 6, None)]
+  for step, step_again in zip(first, again):
+    for (images, labels), (images_again, labels_again) in zip(step,
+                                                              step_again):
+      np.testing.assert_array_equal(images, images_again)
+      np.testing.assert_array_equal(labels, labels_again)
+  for step, step_other, step_unseeded in zip(first, other, unseeded):
+    for (images, _), (images_other, _), (images_unseeded, _) in zip(
+        step, step_other, step_unseeded):
+      assert not np.array_equal(images, images_other)
+      assert not np.array_equal(images, images_unseeded)
 
 
 def test_missing_file_names_it(tmp_path):

@@ -356,9 +356,16 @@ def _event_tags(directory):
 def test_mixed_precision_trains_50_steps(real_data_dir, tmp_path, precision):
   train_dir = str(tmp_path / 'train')
   _, losses = _train_losses(real_data_dir, train_dir, precision,
-                            '--max_steps=50', '--save_summaries_steps=10')
-  assert len(losses) == 5 and all(np.isfinite(losses)), losses
-  assert np.mean(losses[-2:]) < losses[0] - 0.2, losses
+                            '--max_steps=50', '--save_summaries_steps=10',
+                            '--log_frequency=1', '--seed=1')
+  assert len(losses) == 50 and all(np.isfinite(losses)), losses
+  # The mean loss of the last 10 steps against the first 10: on a CPU (AMD
+  # EPYC, AVX2) it fell by 0.27-0.31 in float32 (seeds 1-5), 0.28-0.31
+  # with --use_bf16 and with --use_fp16 (seeds 1-3); at a learning rate of
+  # 0, by 0. (The first loss against the mean of steps 30 and 40, this
+  # test's quantity before, fell by 0.18-0.27: a bound of 0.2 failed a
+  # third of the seeds.)
+  assert np.mean(losses[:10]) - np.mean(losses[-10:]) > 0.1, losses
   if precision == '--use_fp16':
     assert 'loss_scale' in _event_tags(train_dir)
 

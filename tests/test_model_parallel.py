@@ -4,6 +4,7 @@ falling loss, and checkpoints the evaluator reads unchanged."""
 import os
 
 from absl.testing import flagsaver
+import numpy as np
 import tensorflow as tf
 
 import cifar10_model_parallel_train as model_parallel
@@ -47,14 +48,18 @@ def test_layers_and_their_variables_and_gradients_on_their_parts_device(
 def test_trains_with_falling_loss_and_evaluates(real_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   result = run_script('cifar10_model_parallel_train.py', '--virtual_gpus',
-                      '--batch_size=32', '--max_steps=100',
-                      '--data_dir=' + real_data_dir,
+                      '--batch_size=32', '--max_steps=100', '--seed=1',
+                      '--log_frequency=1', '--data_dir=' + real_data_dir,
                       '--train_dir=' + train_dir)
   assert result.returncode == 0, result.stderr[-3000:]
   assert ('running the 2 part(s) on the CPU, part i on virtual CPU device '
           '/cpu:i' in result.stdout)
   losses = [float(m.group(2)) for m in STEP_LINE.finditer(result.stdout)]
-  assert len(losses) == 10 and losses[-1] < losses[0] - 0.1, losses
+  # The mean loss of the first 10 steps against the last 10 (320 examples
+  # each; one batch's loss swings by 0.1 and more): over seeds 1-10 it
+  # fell by 0.39 to 0.53, at a learning rate of 0 by -0.006 to -0.004.
+  assert len(losses) == 100
+  assert np.mean(losses[:10]) - np.mean(losses[-10:]) > 0.2, losses
   evaluated = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
                          '--checkpoint_dir=' + train_dir, '--run_once',
                          '--eval_dir=' + str(tmp_path / 'eval'),

@@ -209,8 +209,11 @@ def test_eval_without_checkpoint_is_one_line(real_data_dir, tmp_path):
 
 def test_loss_falls_over_a_few_hundred_steps(real_data_dir, tmp_path):
   result = _train(real_data_dir, str(tmp_path / 'train'), '--max_steps=300',
-                  '--batch_size=64', '--log_frequency=20')
+                  '--batch_size=64', '--log_frequency=20', '--seed=1')
   losses = [float(m.group(2)) for m in STEP_LINE.finditer(result.stdout)]
+  # Over seeds 1-10: the first loss 4.67 to 4.68 (the tutorial's 4.68),
+  # the last three 0.81 to 1.05 below it; at a learning rate of 0, 0.003
+  # to 0.007 above it.
   assert len(losses) == 15
   assert 4.6 < losses[0] < 4.75
   assert np.mean(losses[-3:]) < losses[0] - 0.6, losses

@@ -48,6 +48,7 @@ MOVING_AVERAGE_DECAY = 0.9999     # Decay of the variables' moving averages.
 NUM_EPOCHS_PER_DECAY = 350.0      # Epochs between learning-rate decays.
 LEARNING_RATE_DECAY_FACTOR = 0.1  # What each decay multiplies it by.
 INITIAL_LEARNING_RATE = 0.1       # Default of --initial_learning_rate.
+TUTORIAL_BATCH_SIZE = 128         # The examples a step of the tutorial took.
 
 # The multi-GPU trainer builds tower i in the name scope 'tower_i', so that
 # each tower's ops have names of their own; summary tags leave it out.
@@ -60,6 +61,14 @@ flags.DEFINE_string('data_dir', '/tmp/cifar10_data',
                     'Path to the CIFAR-10 data directory.')
 flags.DEFINE_float('initial_learning_rate', INITIAL_LEARNING_RATE,
                    'Initial learning rate of the decay schedule.')
+flags.DEFINE_enum('learning_rate_scaling', 'none', ['none', 'linear'],
+                  'none: --initial_learning_rate, however many examples a '
+                  'step takes (the tutorial). linear: times the examples a '
+                  'step takes over all towers and workers, over 128.')
+flags.DEFINE_float('warmup_epochs', 0.0,
+                   'Epochs over which the learning rate climbs linearly '
+                   'from --initial_learning_rate to its scaled value; 0: '
+                   'none.', lower_bound=0.0)
 flags.DEFINE_string('data_url', download.DATA_URL,
                     'Where to get the CIFAR-10 binary archive when data_dir '
                     'lacks it: an http(s):// or file:// URL.')
@@ -324,18 +333,34 @@ def learning_rate(global_step, examples_per_step):
   """Decays the learning rate in the tutorial's staircase, epochs counted
   in examples.
 
+  With --learning_rate_scaling=linear the rate is scaled to the step's
+  size: --initial_learning_rate times examples_per_step / 128, the
+  tutorial's batch (the linear scaling rule of Goyal et al., 2017, for N
+  towers training on N times the batch). With --warmup_epochs=E it climbs
+  linearly from --initial_learning_rate to that rate over the first E
+  epochs. Then the staircase divides it by 10 every 350 epochs.
+
   Args:
     global_step: the global step tensor.
-    examples_per_step: examples one step consumes (over all towers).
+    examples_per_step: examples one step consumes (over all towers and
+      workers).
 
   Returns:
     The learning rate tensor, with a 'learning_rate' summary.
   """
+  step = tf.identity(global_step)  # One read of it, for every use below.
   num_batches_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
   decay_steps = int(num_batches_per_epoch * NUM_EPOCHS_PER_DECAY)
-  lr = tf1.train.exponential_decay(
-      flag('initial_learning_rate'), global_step, decay_steps,
-      LEARNING_RATE_DECAY_FACTOR, staircase=True)
+  initial = flag('initial_learning_rate')
+  scaled = initial * (examples_per_step / TUTORIAL_BATCH_SIZE
+                      if flag('learning_rate_scaling') == 'linear' else 1)
+  lr = tf1.train.exponential_decay(scaled, step, decay_steps,
+                                   LEARNING_RATE_DECAY_FACTOR, staircase=True)
+  warmup_steps = int(flag('warmup_epochs') * num_batches_per_epoch)
+  if warmup_steps:
+    climbed = tf.cast(step, tf.float32) / warmup_steps
+    lr = tf.where(step < warmup_steps,
+                  initial + (scaled - initial) * climbed, lr)
   summaries.scalar_summary('learning_rate', lr)
   return lr
 

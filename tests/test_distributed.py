@@ -498,12 +498,14 @@ def _learning_rate_at(graph, steps):
       return [sess.run(lr.name, {read: step}) for step in steps]
 
 
-@pytest.mark.parametrize('trainer,examples_per_step', [
+TRAINERS = [
     ('single tower', 8), ('multi-GPU, 2 towers', 16),
     ('ps sync, 2 workers x 2 towers', 32), ('ps async, 2 x 2', 16),
-    ('all-reduce, 2 workers x 2 towers', 32)])
-def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
-    fake_data_dir, trainer, examples_per_step):
+    ('all-reduce, 2 workers x 2 towers', 32)]
+
+
+def _trainer_graph(trainer, data_dir, **flags):
+  """Builds a trainer's graph (TRAINERS) with batches of 8 per tower."""
   import cifar10_train  # pylint: disable=g-import-not-at-top
   ps_task = _tasks(['127.0.0.1:1'], ['127.0.0.1:2', '127.0.0.1:3'])[1]
   all_reduce_task = _tasks([], ['127.0.0.1:2', '127.0.0.1:3'])[1]
@@ -517,13 +519,35 @@ def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
       'all-reduce, 2 workers x 2 towers': lambda: dist.build_allreduce_graph(
           all_reduce_task, ['/cpu:0', '/cpu:1']),
   }[trainer]
-  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8, num_gpus=2,
-                           sync_replicas='async' not in trainer), \
+  with flagsaver.flagsaver(data_dir=data_dir, batch_size=8, num_gpus=2,
+                           sync_replicas='async' not in trainer, **flags), \
       tf.Graph().as_default() as graph:
     build()
+  return graph
+
+
+@pytest.mark.parametrize('trainer,examples_per_step', TRAINERS)
+def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
+    fake_data_dir, trainer, examples_per_step):
+  graph = _trainer_graph(trainer, fake_data_dir)
   decay = int(50000 / examples_per_step * 350)
   assert _learning_rate_at(graph, [0, decay - 1, decay]) == pytest.approx(
       [0.1, 0.1, 0.01])
+
+
+@pytest.mark.parametrize('trainer,examples_per_step', TRAINERS)
+def test_linear_scaling_and_warmup_count_every_towers_examples(
+    fake_data_dir, trainer, examples_per_step):
+  graph = _trainer_graph(trainer, fake_data_dir,
+                         learning_rate_scaling='linear', warmup_epochs=2.0)
+  # The tutorial's 0.1 for its 128 examples a step, scaled to this step's.
+  scaled = 0.1 * examples_per_step / 128
+  warmup = int(50000 / examples_per_step * 2)
+  decay = int(50000 / examples_per_step * 350)
+  assert _learning_rate_at(
+      graph, [0, warmup // 2, warmup, decay - 1, decay]) == pytest.approx(
+          [0.1, 0.1 + (scaled - 0.1) * (warmup // 2) / warmup, scaled,
+           scaled, scaled / 10])
 
 
 def test_allreduce_peer_that_never_starts_or_hangs_is_one_line(

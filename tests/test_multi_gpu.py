@@ -1,6 +1,7 @@
 """The multi-GPU trainer: averaging, equivalence, placement, end to end."""
 
 import datetime
+import glob
 import os
 
 import numpy as np
@@ -215,3 +216,34 @@ def test_replicated_trains_resumes_and_saves_the_model_only(fake_data_dir,
   assert int(reader.get_tensor('global_step')) == 20
   names = set(reader.get_variable_to_shape_map())
   assert len(names) == 21 and not [n for n in names if 'tower' in n]
+
+
+def _learning_rates(train_dir):
+  """{global step: learning rate} of the summaries in train_dir."""
+  rates = {}
+  for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == 'learning_rate':
+          rates[event.step] = value.simple_value
+  return rates
+
+
+def test_linear_scaling_and_warmup_in_the_learning_rate_summary(
+    fake_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  result = run_script('cifar10_multi_gpu_train.py', '--num_gpus=2',
+                      '--virtual_gpus', '--batch_size=32', '--max_steps=22',
+                      '--learning_rate_scaling=linear', '--warmup_epochs=0.02',
+                      '--save_summaries_steps=5', '--data_dir=' + fake_data_dir,
+                      '--train_dir=' + train_dir)
+  assert result.returncode == 0, result.stderr[-3000:]
+  # 64 examples a step: the rate scales to 0.1 * 64 / 128 = 0.05, reached
+  # after 0.02 epochs, int(1000 / 64) = 15 steps, from 0.1.
+  def rate(step):
+    return 0.1 + (0.05 - 0.1) * min(step, 15) / 15
+  rates = _learning_rates(train_dir)
+  # The summary at global step k is that of the step that made it k.
+  assert sorted(rates) == [1, 6, 11, 16, 21]
+  for step, value in rates.items():
+    assert value == pytest.approx(rate(step - 1)), (step, value)

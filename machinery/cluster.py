@@ -70,6 +70,13 @@ class Task(collections.namedtuple(
     return '%s %d' % (self.job_name, self.task_index)
 
   @property
+  def log_name(self):
+    """Starts the task's lines: 'Worker 1', 'ps task 0'."""
+    if self.job_name == 'ps':
+      return 'ps task %d' % self.task_index
+    return 'Worker %d' % self.task_index
+
+  @property
   def is_chief(self):
     """Tells whether the task is worker 0, the chief."""
     return self.job_name == 'worker' and self.task_index == 0
@@ -304,7 +311,12 @@ def _copy(config):
 
 
 def start_server(task, config):
-  """Starts this task's gRPC server.
+  """Starts this task's gRPC server, and says who can reach it.
+
+  TensorFlow's server listens on the task's port of every network
+  interface of the machine (it binds 0.0.0.0, whatever host the cluster
+  names, and offers no way to bind fewer), without authentication, and
+  runs whatever graph a client sends it: the line it prints says so.
 
   Returns:
     The tf.distribute.Server.
@@ -312,16 +324,22 @@ def start_server(task, config):
   Raises:
     errors.UsageError: it cannot listen at its address.
   """
+  address = task.address(task.job_name, task.task_index)
   try:
-    return tf1.train.Server(task.cluster_spec(), job_name=task.job_name,
-                            task_index=task.task_index, config=config)
+    server = tf1.train.Server(task.cluster_spec(), job_name=task.job_name,
+                              task_index=task.task_index, config=config)
   except tf.errors.UnknownError as e:  # gRPC could not bind the address.
     raise errors.UsageError(
         'Cannot start the %s task %d server at %s: %s. Is the port in use, '
         'or the host not this machine?'
-        % (task.job_name, task.task_index,
-           task.address(task.job_name, task.task_index),
-           errors.tf_reason(e)))
+        % (task.job_name, task.task_index, address, errors.tf_reason(e)))
+  print('%s: its TensorFlow server listens on port %s of every network '
+        'interface of this machine, without authentication: anyone who can '
+        'reach that port can run anything on this machine as this user. '
+        'Keep the cluster on a trusted network (docs/distributed.md, "Who '
+        'can reach the servers").'
+        % (task.log_name, address.rpartition(':')[2]))
+  return server
 
 
 def unanswered_peers(task):

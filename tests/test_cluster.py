@@ -1,9 +1,13 @@
 """The cluster of a distributed task (machinery/cluster.py): from the command
 line or TF_CONFIG, its mode, its servers' configs, and Kubeflow's TFJobs."""
 
+import glob
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 
 from absl.testing import flagsaver
 import pytest
@@ -137,12 +141,13 @@ def test_server_configs():
   assert not tower_config.device_filters  # Not changed.
 
 
-def _manifests():
-  """The TFJob manifests in docs/distributed.md, by the mode they run."""
+def _manifests(kind='TFJob'):
+  """The manifests of a kind in docs/distributed.md, in order."""
   with open(os.path.join(REPO, 'docs', 'distributed.md')) as f:
     blocks = re.findall(r'```yaml\n(.*?)```', f.read(), re.S)
-  jobs = [yaml.safe_load(block) for block in blocks]
-  return [job for job in jobs if job and job.get('kind') == 'TFJob']
+  documents = [yaml.safe_load(block) for block in blocks]
+  assert all(documents) and len(documents) == 4, documents
+  return [d for d in documents if d.get('kind') == kind]
 
 
 def _kubeflow_tf_configs(job):
@@ -196,3 +201,49 @@ def test_kubeflow_tfjob_manifests_start_the_intended_tasks(monkeypatch):
   # One manifest of each mode: PS, Chief and Workers; Chief and Workers.
   assert sorted(set(seen['parameter_server'])) == ['Chief', 'PS', 'Worker']
   assert sorted(set(seen['replicated'])) == ['Chief', 'Worker']
+
+
+# The label Kubeflow's training operator (v1) puts on every pod of a TFJob.
+JOB_NAME_LABEL = 'training.kubeflow.org/job-name'
+
+
+def test_each_tfjob_has_a_policy_that_admits_its_own_pods_only():
+  jobs, policies = _manifests(), _manifests('NetworkPolicy')
+  assert len(policies) == len(jobs) == 2
+  for job, policy in zip(jobs, policies):
+    name = job['metadata']['name']
+    ports = {spec['template']['spec']['containers'][0]['ports'][0][
+        'containerPort'] for spec in job['spec']['tfReplicaSpecs'].values()}
+    assert policy['apiVersion'] == 'networking.k8s.io/v1'
+    spec = policy['spec']
+    # It applies to the job's pods, every one of them, and to no others.
+    assert spec['podSelector'] == {'matchLabels': {JOB_NAME_LABEL: name}}
+    # It governs what comes in; one rule admits the job's own pods (no
+    # namespace selector: of its namespace only), on the job's port.
+    assert spec['policyTypes'] == ['Ingress']
+    rule, = spec['ingress']
+    assert rule['from'] == [{'podSelector': {
+        'matchLabels': {JOB_NAME_LABEL: name}}}]
+    assert rule['ports'] == [{'protocol': 'TCP', 'port': port}
+                             for port in sorted(ports)]
+    assert set(spec) == {'podSelector', 'policyTypes', 'ingress'}
+
+
+def test_dockerfile_copies_what_the_scripts_import(tmp_path):
+  """The image of docs/distributed.md holds what its COPY lines name: the
+  trainer must start from those files alone."""
+  with open(os.path.join(REPO, 'docs', 'distributed.md')) as f:
+    copies = re.findall(r'^    COPY (.+) \S+$', f.read(), re.M)
+  assert copies
+  for sources in copies:
+    for pattern in sources.split():
+      for path in glob.glob(os.path.join(REPO, pattern)):
+        name = os.path.basename(path.rstrip('/'))
+        if os.path.isdir(path):
+          shutil.copytree(path, str(tmp_path / name))
+        else:
+          shutil.copy(path, str(tmp_path / name))
+  result = subprocess.run(
+      [sys.executable, 'cifar10_distributed_train.py', '--help'],
+      cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]

@@ -475,6 +475,16 @@ def test_three_tasks_from_tf_config_alone_train_and_finish(fake_data_dir,
                            'task(s), from TF_CONFIG;')
   assert 'ps task 0: 2 of 2 workers done.' in ps_out
   assert 20 <= checkpoint_step(train_dir) <= 21
+  # Every task says who can reach its server.
+  for name, output, port in (('ps task 0', ps_out, ports[2]),
+                             ('Worker 0', chief_out, ports[0]),
+                             ('Worker 1', out, ports[1])):
+    line = ('%s: its TensorFlow server listens on port %d of every network '
+            'interface of this machine, without authentication: anyone who '
+            'can reach that port can run anything on this machine as this '
+            'user. Keep the cluster on a trusted network (docs/distributed.md,'
+            ' "Who can reach the servers").' % (name, port))
+    assert line in output.splitlines(), output[-2000:]
 
 
 def _learning_rate_at(graph, steps):

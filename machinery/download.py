@@ -92,7 +92,9 @@ def _download(url, filepath):
     os.remove(partial)
     raise
   os.chmod(partial, 0o644)
-  os.rename(partial, filepath)
+  # Over a copy another task may have finished meanwhile (os.rename would
+  # refuse that on Windows).
+  os.replace(partial, filepath)
   print('Successfully downloaded', filename, os.path.getsize(filepath),
         'bytes.')
 

@@ -37,7 +37,6 @@ FLAGS = tf1.flags.FLAGS
 # one of its OpErrors (the saver), or as the Python exception its event
 # writer turns the error into (IndexError for OUT_OF_RANGE, which a file
 # over a size limit, EFBIG, is; RuntimeError for the others).
-_FAILED_WRITE = re.compile(r'(\S+); ([^\n\[]+)')
 WRITE_ERRORS = (tf.errors.OpError, IndexError, RuntimeError)
 
 # The bytes around each record of an event file (TFRecord): its length and
@@ -56,8 +55,11 @@ def failed_write(error, directory):
     (the file's path, the reason), or None if error is not a failed write
     into directory.
   """
-  match = _FAILED_WRITE.search(str(error))
-  if not match or not match.group(1).startswith(directory.rstrip('/') + '/'):
+  # The path starts with the directory and may hold spaces; '/' or '\\'
+  # (Windows) after it.
+  match = re.search(r'(%s[/\\][^;\n]*); ([^\n\[]+)'
+                    % re.escape(directory.rstrip('/\\')), str(error))
+  if not match:
     return None
   return match.group(1), match.group(2).strip()
 

@@ -137,9 +137,11 @@ def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
   assert checkpoint_step(train_dir) == step + 3
 
 
+# A directory with a space in its name (as Windows' user folders have).
+@pytest.mark.parametrize('name', ['train', 'my train'])
 def test_failed_checkpoint_write_is_one_line_and_resumable(fake_data_dir,
-                                                           tmp_path):
-  train_dir = str(tmp_path / 'train')
+                                                           tmp_path, name):
+  train_dir = str(tmp_path / name)
   args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
           '--batch_size=8']
   assert run_script('cifar10_train.py', '--max_steps=10', *args

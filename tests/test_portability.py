@@ -1,0 +1,96 @@
+"""Where there is no fcntl, as on Windows: every script starts, trains,
+keeps one trainer per --train_dir, saves on Ctrl-C, and takes over the
+lock a killed trainer left (machinery/lock.py)."""
+
+import os
+import signal
+import socket
+
+import pytest
+
+from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
+                      run_script, start_script)
+
+SCRIPTS = ['cifar10_train.py', 'cifar10_multi_gpu_train.py',
+           'cifar10_model_parallel_train.py', 'cifar10_eval.py',
+           'cifar10_predict.py', 'cifar10_distributed_train.py',
+           'benchmark.py']
+
+
+@pytest.fixture
+def no_fcntl(tmp_path):
+  """An environment in which `import fcntl` fails, as on Windows: a
+  fcntl.py that raises ImportError stands first on PYTHONPATH."""
+  shadow = tmp_path / 'no_fcntl'
+  shadow.mkdir()
+  (shadow / 'fcntl.py').write_text(
+      'raise ImportError("No module named \'fcntl\' (hidden, as on '
+      'Windows)")\n')
+  return dict(os.environ, PYTHONPATH=str(shadow))
+
+
+@pytest.mark.parametrize('script', SCRIPTS)
+def test_every_script_starts_without_fcntl(no_fcntl, script):
+  result = run_script(script, '--help', env=no_fcntl)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'Traceback' not in result.stderr
+
+
+def test_towers_and_model_parallel_train_without_fcntl(
+    no_fcntl, fake_data_dir, tmp_path):
+  for script, flags in (('cifar10_multi_gpu_train.py', ['--num_gpus=2']),
+                        ('cifar10_model_parallel_train.py', [])):
+    train_dir = str(tmp_path / script)
+    result = run_script(script, '--data_dir=' + fake_data_dir,
+                        '--train_dir=' + train_dir, '--max_steps=3',
+                        '--batch_size=8', *flags, env=no_fcntl)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert checkpoint_step(train_dir) == 3
+    assert not os.path.exists(os.path.join(train_dir, 'trainer.lock'))
+
+
+def test_without_fcntl_one_trainer_per_dir_ctrl_c_saves_kill_9_taken_over(
+    no_fcntl, fake_data_dir, tmp_path):
+  train_dir = str(tmp_path / 'train')
+  lock_file = os.path.join(train_dir, 'trainer.lock')
+  args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
+          '--batch_size=8', '--log_frequency=1']
+  first = start_script('cifar10_train.py', '--max_steps=1000000', *args,
+                       env=no_fcntl)
+  try:
+    first.out.wait_for(STEP_LINE, timeout=300)  # Training: it holds it.
+    second = run_script('cifar10_train.py', '--max_steps=1000000', *args,
+                        env=no_fcntl)
+    assert second.returncode == 1
+    assert error_lines(second.stderr) == [
+        'Error: --train_dir=%s is in use by process %d on %s (%s '
+        '--max_steps=1000000 %s). Wait for it to end or stop it, or train '
+        'in another --train_dir. Where it no longer runs, delete %s.'
+        % (train_dir, first.pid, socket.gethostname(),
+           os.path.join(REPO, 'cifar10_train.py'), ' '.join(args), lock_file)]
+    # Ctrl-C: a checkpoint at the step reached, and the lock released.
+    first.send_signal(signal.SIGINT)
+    stopped = first.out.wait_for(r'^Stopped by signal 2; checkpoint saved',
+                                 timeout=120)
+    assert stopped and first.wait(timeout=60) == 0
+  finally:
+    first.kill()
+  assert not os.path.exists(lock_file)
+  step = checkpoint_step(train_dir)
+  assert step > 0
+
+  # Killed (kill -9), a trainer leaves its lock file; the next takes it over.
+  killed = start_script('cifar10_train.py', '--max_steps=1000000', *args,
+                        env=no_fcntl)
+  try:
+    killed.out.wait_for(STEP_LINE, timeout=300)
+  finally:
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=60)
+  assert os.path.exists(lock_file)
+  step = checkpoint_step(train_dir)
+  after = run_script('cifar10_train.py', '--max_steps=%d' % (step + 3),
+                     *args, env=no_fcntl)
+  assert after.returncode == 0, after.stderr[-2000:]
+  assert checkpoint_step(train_dir) == step + 3
+  assert not os.path.exists(lock_file)

@@ -31,6 +31,7 @@ from __future__ import division
 from __future__ import print_function
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -65,6 +66,11 @@ IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.gif')
 
 # The side of a CIFAR-10 image, which an image file is scaled and cropped to.
 SIDE = cifar10_input.HEIGHT
+
+# TensorFlow's PNG decoder refuses width x height from 2^29 pixels on, and
+# says so in these words.
+PNG_MAX_PIXELS = 1 << 29
+PNG_TOO_LARGE = re.compile(r'PNG size too large for int: (\d+) by (\d+)')
 
 
 def image_paths(args):
@@ -118,12 +124,16 @@ def image_from_file(contents):
   """
   image = tf.io.decode_image(contents, channels=cifar10_input.DEPTH,
                              dtype=tf.uint8, expand_animations=False)
-  image = tf.cast(image, tf.float32)
 
   # Halve large images first: each bilinear halving averages 2x2 blocks, so
-  # fine detail does not alias (with ops TFLite has).
+  # fine detail does not alias (with ops TFLite has). The first halving
+  # reads the 8-bit pixels, so that a large image is never held whole in
+  # float32 (4 bytes a value: 6 GB for TensorFlow's largest PNG).
   def halve(image):
     return tf.image.resize(image, tf.shape(image)[:2] // 2)
+  large = tf.reduce_min(tf.shape(image)[:2]) >= 2 * SIDE
+  image = tf.cond(large, lambda: halve(image),
+                  lambda: tf.cast(image, tf.float32))
   image, = tf.while_loop(
       lambda image: tf.reduce_min(tf.shape(image)[:2]) >= 2 * SIDE, halve,
       [image], shape_invariants=[
@@ -229,12 +239,15 @@ def _read(path):
 
 
 def _undecodable(batch):
-  """Finds the paths of batch's files that TensorFlow cannot decode.
+  """Finds batch's files that TensorFlow cannot decode, and why.
 
   Args:
     batch: (path, contents) pairs.
+
+  Returns:
+    {path: why, a phrase} of each file that does not decode.
   """
-  undecodable = []
+  undecodable = {}
   with tf.Graph().as_default():
     contents = tf1.placeholder(tf.string, [])
     image = image_from_file(contents)
@@ -242,9 +255,23 @@ def _undecodable(batch):
       for path, one_file in batch:
         try:
           sess.run(image, {contents: one_file})
-        except tf.errors.InvalidArgumentError:  # How a decoder refuses.
-          undecodable.append(path)
+        except tf.errors.InvalidArgumentError as e:  # How a decoder refuses.
+          undecodable[path] = _why_undecodable(errors.tf_reason(e))
   return undecodable
+
+
+def _why_undecodable(reason):
+  """Words why an image file does not decode, from TensorFlow's reason."""
+  too_large = PNG_TOO_LARGE.search(reason)
+  if too_large:
+    return ('a PNG of %s x %s pixels, too large to decode: TensorFlow '
+            'decodes PNGs of fewer than %s pixels (2^29; a square of at most '
+            '23,170 x 23,170). Scale it down first'
+            % (too_large.group(1), too_large.group(2),
+               format(PNG_MAX_PIXELS, ',')))
+  if 'too large' in reason.lower():
+    return 'too large to decode (%s)' % reason
+  return 'not an image TensorFlow can decode (JPEG, PNG, BMP or GIF)'
 
 
 def _model_failed(error):
@@ -268,24 +295,25 @@ def _probabilities(classifier, batch):
     batch: (path, contents) pairs.
 
   Returns:
-    The (path, probabilities) of each file that decodes.
+    {path: probabilities} of each file that decodes, and {path: why} of
+    each that does not.
 
   Raises:
     errors.ModelError: the model failed on images that decode.
   """
   try:
-    return list(zip([p for p, _ in batch], classifier.probabilities(
-        [c for _, c in batch])))
+    return dict(zip([p for p, _ in batch], classifier.probabilities(
+        [c for _, c in batch]))), {}
   except tf.errors.OpError as e:
     undecodable = _undecodable(batch)
     if not undecodable:
       raise _model_failed(e)
   decodable = [(p, c) for p, c in batch if p not in undecodable]
   if not decodable:
-    return []
+    return {}, undecodable
   try:
-    return list(zip([p for p, _ in decodable], classifier.probabilities(
-        [c for _, c in decodable])))
+    return dict(zip([p for p, _ in decodable], classifier.probabilities(
+        [c for _, c in decodable]))), undecodable
   except tf.errors.OpError as e:
     raise _model_failed(e)
 
@@ -314,12 +342,11 @@ def classify(classifier, paths):
         failed += 1
     if not batch:
       continue
-    results = dict(_probabilities(classifier, batch))
+    results, undecodable = _probabilities(classifier, batch)
     for path, _ in batch:  # In the order given.
       if path not in results:
         sys.stdout.flush()
-        sys.stderr.write('Error: %s: not an image TensorFlow can decode '
-                         '(JPEG, PNG, BMP or GIF).\n' % path)
+        sys.stderr.write('Error: %s: %s.\n' % (path, undecodable[path]))
         failed += 1
         continue
       probabilities = results[path]

@@ -4,8 +4,10 @@ one line per bad file, and an exported SavedModel that stands alone."""
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
+import zlib
 
 from absl.testing import flagsaver
 import numpy as np
@@ -74,18 +76,39 @@ def _predictions(stdout):
           for m in LINE.finditer(stdout)}
 
 
+def _blank_png(path, width, height):
+  """Writes a black RGB PNG of width x height pixels, compressed small (a
+  40000 x 40000 one is 4.7 MB)."""
+  def chunk(kind, data):
+    return (struct.pack('>I', len(data)) + kind + data +
+            struct.pack('>I', zlib.crc32(kind + data) & 0xffffffff))
+  deflate = zlib.compressobj(9)
+  row = b'\x00' * (1 + 3 * width)  # Filter 0, then the pixels.
+  pixels = b''.join(deflate.compress(row) for _ in range(height))
+  with open(path, 'wb') as f:
+    f.write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack(
+        '>IIBBBBB', width, height, 8, 2, 0, 0, 0)) +
+            chunk(b'IDAT', pixels + deflate.flush()) + chunk(b'IEND', b''))
+
+
 def test_classifies_as_the_evaluator_and_names_bad_files(
     checkpoint_dir, png_dir, evaluator_probabilities, tmp_path):
   not_image = tmp_path / 'notes.png'
   not_image.write_text('not an image')
   missing = str(tmp_path / 'missing.jpg')
+  too_large = str(tmp_path / 'too_large.png')
+  _blank_png(too_large, 40000, 40000)
   result = run_script('cifar10_predict.py', png_dir, str(not_image), missing,
-                      '--checkpoint_dir=' + checkpoint_dir, '--batch_size=16')
+                      too_large, '--checkpoint_dir=' + checkpoint_dir,
+                      '--batch_size=16')
   assert result.returncode == 1
   assert sorted(error_lines(result.stderr)) == sorted([
       'Error: %s: cannot read it: No such file or directory.' % missing,
       'Error: %s: not an image TensorFlow can decode (JPEG, PNG, BMP or '
-      'GIF).' % not_image])
+      'GIF).' % not_image,
+      'Error: %s: a PNG of 40000 x 40000 pixels, too large to decode: '
+      'TensorFlow decodes PNGs of fewer than 536,870,912 pixels (2^29; a '
+      'square of at most 23,170 x 23,170). Scale it down first.' % too_large])
   predictions = _predictions(result.stdout)
   assert len(predictions) == NUM_IMAGES
   for i in range(NUM_IMAGES):

@@ -50,6 +50,8 @@ RECORD_BYTES = LABEL_BYTES + IMAGE_BYTES
 BATCHES_DIR = download.BATCHES_DIR
 TRAIN_FILES = ['data_batch_%d.bin' % i for i in range(1, 6)]
 TEST_FILES = ['test_batch.bin']
+# Each file holds 10,000 records; a larger one is not read.
+MAX_FILE_BYTES = download.MAX_MEMBER_BYTES
 
 # Fraction of an epoch held in the shuffle buffer (the tutorial's
 # min_fraction_of_examples_in_queue), and threads for preprocessing.
@@ -65,23 +67,25 @@ def check_data_file(filename, data_dir):
     data_dir: the data directory, named in the error messages.
 
   Raises:
-    errors.DataError: the file is missing, empty, not a whole number of records,
-      or has a label byte outside 0..9.
+    errors.DataError: the file is missing, empty, not a whole number of
+      records, more than 10,000 records, or has a label byte outside 0..9.
   """
   if not tf.io.gfile.exists(filename):
     raise errors.DataError(
         'Failed to find file: %s. Get the data with `python cifar10_train.py '
         '--data_dir=%s` (it downloads CIFAR-10 from --data_url), or extract '
         'cifar-10-binary.tar.gz into %s.' % (filename, data_dir, data_dir))
-  with tf.io.gfile.GFile(filename, 'rb') as f:
-    data = np.frombuffer(f.read(), dtype=np.uint8)
-  if data.size == 0 or data.size % RECORD_BYTES:
+  # The size first, so that a file of the wrong size is never read.
+  size = tf.io.gfile.stat(filename).length
+  if size == 0 or size % RECORD_BYTES or size > MAX_FILE_BYTES:
     raise errors.DataError(
         'Data file %s has %d bytes, not a positive multiple of the %d-byte '
-        'CIFAR-10 record: it is truncated or not CIFAR-10 data. Delete %s '
-        'and run again to get the data anew.'
-        % (filename, data.size, RECORD_BYTES,
+        'CIFAR-10 record up to %s bytes (10,000 records): it is truncated or '
+        'not CIFAR-10 data. Delete %s and run again to get the data anew.'
+        % (filename, size, RECORD_BYTES, format(MAX_FILE_BYTES, ','),
            os.path.join(data_dir, BATCHES_DIR)))
+  with tf.io.gfile.GFile(filename, 'rb') as f:
+    data = np.frombuffer(f.read(), dtype=np.uint8)
   bad = np.flatnonzero(data[::RECORD_BYTES] >= NUM_CLASSES)
   if bad.size:
     raise errors.DataError(

@@ -7,7 +7,9 @@ and extracts it into a temporary directory that it renames into place, so
 that no reader (the evaluator beside the trainer) ever sees a
 half-extracted directory. Whatever fails is one errors.DataError line that
 says what to do: a URL that cannot be reached, a damaged or foreign
-archive, a disk too full for the data.
+archive, a disk too full for the data. Nothing larger than CIFAR-10 is
+downloaded or extracted (an archive bomb given as --data_url): each
+member's size is checked before it is written.
 """
 
 from __future__ import absolute_import
@@ -35,6 +37,13 @@ DATA_MD5 = 'c32a1d4ab5d03f1284b67883e8d87530'
 BATCHES_DIR = 'cifar-10-batches-bin'
 # The archive (170 MB) and its extracted files (184 MB) together.
 DATA_MEGABYTES = 360
+# What an archive may hold, so that a foreign one (an archive bomb) cannot
+# fill the disk: CIFAR-10's largest file is 10,000 records of 3,073 bytes;
+# its 8 members hold 184,380,061 bytes; its archive is 170,052,171 bytes.
+MAX_MEMBER_BYTES = 10000 * 3073
+MAX_CONTENT_BYTES = 185 * 10**6
+MAX_MEMBERS = 100
+MAX_DOWNLOAD_BYTES = 200 * 10**6
 # A write that failed for want of space: a full disk, a quota, a file
 # size limit (ulimit -f).
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -116,6 +125,7 @@ def _copy_download(url, out, progress, filepath):
   with response:
     total = int(response.headers.get('Content-Length') or 0)
     received = 0
+    _check_download_size(url, total)
     while True:
       try:
         chunk = response.read(1 << 20)
@@ -132,6 +142,7 @@ def _copy_download(url, out, progress, filepath):
                 'Check that --data_dir=%s can be written to.'
                 % os.path.dirname(filepath))))
       received += len(chunk)
+      _check_download_size(url, received)
       if total:
         progress.show('>> Downloading %s %.1f%%' %
                       (filename, 100.0 * received / total))
@@ -141,6 +152,19 @@ def _copy_download(url, out, progress, filepath):
   if total and received != total:
     raise errors.DataError('Failed to download %s: got %d of %d bytes. %s'
                            % (url, received, total, _CHECK_URL))
+
+
+def _check_download_size(url, size):
+  """Refuses a download larger than CIFAR-10's archive could be.
+
+  Raises:
+    errors.DataError: size is over MAX_DOWNLOAD_BYTES.
+  """
+  if size > MAX_DOWNLOAD_BYTES:
+    raise errors.DataError(
+        'Failed to download %s: it is more than %s bytes, and CIFAR-10\'s '
+        'archive is 170,052,171: it is not the CIFAR-10 binary archive. %s'
+        % (url, format(MAX_DOWNLOAD_BYTES, ','), _CHECK_URL))
 
 
 def _full_disk_advice(error, filepath):
@@ -163,18 +187,52 @@ def _full_disk_advice(error, filepath):
 def _extract(filepath, directory):
   """Extracts a .tar.gz archive into directory, with a progress line.
 
+  Each member's size is checked against CIFAR-10's before it is written.
+
   Raises:
+    errors.DataError: the archive holds more than CIFAR-10 does.
     tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile: the archive
       is damaged.
     OSError: a write failed.
   """
   size = os.path.getsize(filepath) or 1
+  content = 0
   with open(filepath, 'rb') as raw, _ProgressLine() as progress, \
       tarfile.open(fileobj=raw, mode='r:gz') as tar:
-    for member in tar:
+    for count, member in enumerate(tar, 1):
+      content += member.size
+      _check_member(filepath, member, count, content)
       tar.extract(member, directory, filter='data')
       progress.show('>> Extracting %s %.1f%%' % (
           os.path.basename(filepath), 100.0 * raw.tell() / size))
+
+
+def _check_member(filepath, member, count, content):
+  """Refuses an archive member beyond what CIFAR-10's archive holds.
+
+  Args:
+    filepath: the archive.
+    member: the tarfile.TarInfo about to be extracted.
+    count: how many members so far, this one included.
+    content: the bytes of the members so far, this one included.
+
+  Raises:
+    errors.DataError: the member is larger than any CIFAR-10 file, or the
+      members so far more, or larger together, than CIFAR-10's.
+  """
+  if member.size > MAX_MEMBER_BYTES:
+    what = '%s is %s bytes, more than any CIFAR-10 file (%s)' % (
+        member.name, format(member.size, ','), format(MAX_MEMBER_BYTES, ','))
+  elif content > MAX_CONTENT_BYTES:
+    what = 'its files come to more than CIFAR-10\'s %s bytes by %s' % (
+        format(MAX_CONTENT_BYTES, ','), member.name)
+  elif count > MAX_MEMBERS:
+    what = 'it holds more than %d files' % MAX_MEMBERS
+  else:
+    return
+  raise errors.DataError(
+      'Archive %s: %s: it is not the CIFAR-10 binary archive, and nothing of '
+      'it is kept. Delete it and check --data_url.' % (filepath, what))
 
 
 def _md5(filepath):

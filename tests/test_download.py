@@ -33,9 +33,11 @@ def _archive(tmp_path):
 
 
 class _Server(object):
-  """Serves one archive on 127.0.0.1; `cut` sends only part of the body."""
+  """Serves one archive on 127.0.0.1; `cut` sends only part of the body,
+  `length` claims another Content-Length (None: no Content-Length), and
+  `repeat` sends the body that many times."""
 
-  def __init__(self, body, cut=None):
+  def __init__(self, body, cut=None, length=-1, repeat=1):
     server = self
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -43,10 +45,16 @@ class _Server(object):
       def do_GET(self):  # pylint: disable=invalid-name
         server.requests += 1
         self.send_response(200)
-        self.send_header('Content-Length', str(len(body)))
+        if length is not None:
+          self.send_header('Content-Length',
+                           str(len(body) if length < 0 else length))
         self.end_headers()
-        self.wfile.write(body[:cut] if cut else body)
-        self.wfile.flush()
+        try:
+          for _ in range(repeat):
+            self.wfile.write(body[:cut] if cut else body)
+          self.wfile.flush()
+        except ConnectionError:  # The client stopped reading.
+          pass
         self.close_connection = True
 
       def log_message(self, *args):
@@ -231,3 +239,71 @@ def test_full_disk_error_starts_its_own_line(tmp_path, stage):
   assert lines[errors[0] - 1].startswith(progress), lines[-5:]
   assert not os.path.exists(str(data_dir / cifar10_input.BATCHES_DIR))
   assert _leftovers(str(data_dir)) == []
+
+
+def _zeros_archive(path, sizes):
+  """Writes a .tar.gz whose members in cifar-10-batches-bin hold zeros."""
+  with tarfile.open(str(path), 'w:gz', compresslevel=1) as tar:
+    for i, size in enumerate(sizes):
+      info = tarfile.TarInfo('%s/data_batch_%d.bin' % (
+          cifar10_input.BATCHES_DIR, i + 1))
+      info.size = size
+      tar.addfile(info, io.BytesIO(bytes(size)))
+
+
+def test_archive_bomb_member_is_refused_before_it_is_written(tmp_path):
+  # One byte more than CIFAR-10's largest file: compressed, 30 KB. The
+  # trainer may write no file over 1 MB: had it begun writing the member,
+  # the line would be about a full disk.
+  bomb = tmp_path / 'bomb.tar.gz'
+  _zeros_archive(bomb, [download.MAX_MEMBER_BYTES + 1])
+  data_dir = tmp_path / 'data'
+  result = run_limited(10**6, 'cifar10_train.py',
+                       '--data_dir=' + str(data_dir),
+                       '--data_url=file://' + str(bomb),
+                       '--train_dir=' + str(tmp_path / 'train'))
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert [l for l in result.stderr.splitlines() if 'Error' in l] == [
+      'Error: Archive %s: %s/data_batch_1.bin is 30,730,001 bytes, more than '
+      'any CIFAR-10 file (30,730,000): it is not the CIFAR-10 binary archive, '
+      'and nothing of it is kept. Delete it and check --data_url.'
+      % (data_dir / 'bomb.tar.gz', cifar10_input.BATCHES_DIR)]
+  assert sorted(os.listdir(str(data_dir))) == ['bomb.tar.gz']
+  assert not (tmp_path / 'train').exists()
+
+
+@pytest.mark.parametrize('sizes,what', [
+    # Each member a CIFAR-10 file's size or less, 196 MB together.
+    ([28 * 10**6] * 7, "its files come to more than CIFAR-10's 185,000,000 "
+                       'bytes by cifar-10-batches-bin/data_batch_7.bin'),
+    ([0] * (download.MAX_MEMBERS + 1), 'it holds more than 100 files'),
+])
+def test_archive_beyond_cifar10s_content_is_refused(tmp_path, sizes, what):
+  bomb = tmp_path / 'bomb.tar.gz'
+  _zeros_archive(bomb, sizes)
+  data_dir = tmp_path / 'data'
+  with pytest.raises(errors.DataError) as raised:
+    _get(str(data_dir), 'file://' + str(bomb))
+  assert str(raised.value) == (
+      'Archive %s: %s: it is not the CIFAR-10 binary archive, and nothing of '
+      'it is kept. Delete it and check --data_url.'
+      % (data_dir / 'bomb.tar.gz', what))
+  assert sorted(os.listdir(str(data_dir))) == ['bomb.tar.gz']
+
+
+@pytest.mark.parametrize('declared', [True, False])
+def test_download_larger_than_cifar10_is_refused(tmp_path, declared):
+  # Declared: a Content-Length of 1 GB, refused before a byte is read.
+  # Streamed: no Content-Length, refused once 200 MB have come.
+  chunk = bytes(10**6)
+  server = (_Server(b'', length=10**9) if declared else
+            _Server(chunk, length=None, repeat=1000))
+  data_dir = str(tmp_path / 'data')
+  try:
+    with pytest.raises(errors.DataError,
+                       match=r'it is more than 200,000,000 bytes, and '
+                             r"CIFAR-10's archive is 170,052,171"):
+      _get(data_dir, server.url)
+  finally:
+    server.close()
+  assert os.listdir(data_dir) == []

@@ -190,3 +190,21 @@ def test_bad_label_names_file_and_record(tmp_path):
   with pytest.raises(errors.DataError,
                      match=r'data_batch_2.bin: record 3 has label byte 12'):
     cifar10_input.data_files(str(tmp_path), eval_data=False)
+
+
+def test_oversized_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+  # 10,001 records (a sparse file): whole records, but more than CIFAR-10
+  # files hold. The size is checked first: nothing opens the file.
+  make_fake_data(str(tmp_path))
+  path = os.path.join(str(tmp_path), 'cifar-10-batches-bin', 'test_batch.bin')
+  size = 10001 * cifar10_input.RECORD_BYTES
+  with open(path, 'r+b') as f:
+    f.truncate(size)
+
+  def no_reading(*args, **kwargs):
+    raise AssertionError('the file was opened: %s' % (args,))
+  monkeypatch.setattr(tf.io.gfile, 'GFile', no_reading)
+  with pytest.raises(errors.DataError,
+                     match=r'test_batch.bin has %d bytes, .* up to '
+                           r'30,730,000 bytes \(10,000 records\)' % size):
+    cifar10_input.data_files(str(tmp_path), eval_data=True)

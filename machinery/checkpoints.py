@@ -18,12 +18,19 @@ with the reason:
   latest = latest_checkpoint('/data/run')
   latest.path         # '/data/run/model.ckpt-10'
   latest.passed_over  # [('/data/run/model.ckpt-20', 'its data file ...')]
+  latest.outside      # ['/old/run/model.ckpt-5']: named, not in /data/run
   step = check_checkpoint(latest.path, saver_var_list)  # This model's?
+
+Only checkpoints inside the directory count: an index file that names
+others (an absolute path, as TensorFlow 1 wrote them, or ../) has those
+entries left out, so that no saver ever rotates, that is deletes, a file
+outside its --train_dir.
 
 Readers only read. A trainer about to resume calls prepare_resume(), which
 also moves the files of the checkpoints it passes over (and an unreadable
 index file) into <train_dir>/set_aside/, where the saver cannot overwrite
-them, and rewrites the index file with relative paths. Nothing is deleted.
+them, and rewrites the index file with relative paths, naming nothing
+outside. Nothing is deleted.
 """
 
 from __future__ import absolute_import
@@ -54,15 +61,19 @@ SET_ASIDE_DIR = 'set_aside'
 _CHECKPOINT_FILE = re.compile(
     r'^(?P<prefix>.+-(?P<step>\d+))\.(?:index|data-\d+-of-(?P<shards>\d+))$')
 
-Latest = collections.namedtuple('Latest', ['path', 'passed_over',
-                                           'index_problem'])
+Latest = collections.namedtuple('Latest', ['directory', 'path',
+                                           'passed_over', 'index_problem',
+                                           'outside'])
 Latest.__doc__ = """Holds the latest readable checkpoint of a directory.
 
 Attributes:
+  directory: the directory looked in.
   path: its path prefix, or None when the directory holds no checkpoint.
   passed_over: (path, reason) of each newer checkpoint that is not
     readable, newest first.
   index_problem: why the index file could not be used, or None.
+  outside: the paths of the checkpoints the index file names outside the
+    directory, left out.
 """
 
 
@@ -85,31 +96,43 @@ def _read_index_file(directory):
   """Reads the checkpoint paths the index file names.
 
   Returns:
-    (paths, problem): the paths, oldest first, made absolute and looked
-    for in directory by their file names where they do not exist as
-    written; and None, or why the index file cannot be used.
+    (paths, outside, problem): the paths in directory, oldest first, made
+    absolute and looked for in directory by their file names where they
+    do not exist as written; the paths of those outside it;
+    and None, or why the index file cannot be used.
   """
   filename = os.path.join(directory, INDEX_FILE)
   if not tf.io.gfile.exists(filename):
-    return [], None
+    return [], [], None
   try:
     with console.quiet_tf_logging():  # Its own 'Checkpoint ignored' lines.
       state = tf1.train.get_checkpoint_state(directory)
   except ValueError:
     state = None
   if state is None:
-    return [], ('the index file %s is unreadable (not a checkpoint state)'
-                % filename)
+    return [], [], ('the index file %s is unreadable (not a checkpoint '
+                    'state)' % filename)
   paths = list(state.all_model_checkpoint_paths)
   if state.model_checkpoint_path not in paths:
     paths.append(state.model_checkpoint_path)
-  found = []
+  found, outside = [], []
   for path in paths:
     # Older versions wrote absolute paths: the directory may have been
     # moved or copied since. Its own files are the ones to use.
     here = os.path.join(directory, os.path.basename(path))
-    found.append(here if _files_of(here) else path)
-  return found, None
+    if _files_of(here) or _in_directory(path, directory):
+      found.append(here)
+    else:
+      outside.append(path if '://' in path else os.path.normpath(path))
+  return found, outside, None
+
+
+def _in_directory(path, directory):
+  """Tells whether path (made absolute by get_checkpoint_state) names a
+  file in directory itself, after resolving any '..'."""
+  def resolved(p):
+    return os.path.normpath(p if '://' in p else os.path.abspath(p))
+  return os.path.dirname(resolved(path)) == resolved(directory)
 
 
 def _files_of(prefix, meta=False):
@@ -183,8 +206,8 @@ def latest_checkpoint(directory):
     errors.CheckpointError: it holds checkpoints, but none is readable.
   """
   if not tf.io.gfile.isdir(directory):
-    return Latest(None, [], None)
-  named, index_problem = _read_index_file(directory)
+    return Latest(directory, None, [], None, [])
+  named, outside, index_problem = _read_index_file(directory)
   candidates = set(named) | _scan(directory)
   # Newest first: by the step in the name, then by the index file's order.
   order = {path: i for i, path in enumerate(named)}
@@ -194,10 +217,10 @@ def latest_checkpoint(directory):
   for path in candidates:
     reason = unreadable_reason(path)
     if reason is None:
-      return Latest(path, passed_over, index_problem)
+      return Latest(directory, path, passed_over, index_problem, outside)
     passed_over.append((path, reason))
   if not passed_over:
-    return Latest(None, [], index_problem)
+    return Latest(directory, None, [], index_problem, outside)
   raise errors.CheckpointError(
       'No readable checkpoint in %s: %s. Nothing was changed; copy the '
       'checkpoint files in again from where they came from, or use another '
@@ -241,7 +264,13 @@ def notes(latest, then, set_aside=None):
   """
   set_aside = set_aside or {}
   lines = []
-  if INDEX_FILE in set_aside:
+  if latest.outside:
+    lines.append('Note: the index file of %s names checkpoints outside '
+                 'it, left out (nothing there is read or deleted): %s.%s' % (
+                     latest.directory, ', '.join(latest.outside),
+                     ' Moved it to %s/.' % set_aside[INDEX_FILE]
+                     if INDEX_FILE in set_aside else ''))
+  if INDEX_FILE in set_aside and latest.index_problem:
     lines.append('Note: %s; moved it to %s/ and went by the checkpoint '
                  'files.' % (latest.index_problem, set_aside[INDEX_FILE]))
   elif latest.index_problem and latest.path:
@@ -261,7 +290,9 @@ def prepare_resume(train_dir, report=print):
   The checkpoints newer than it that cannot be read, and an unreadable
   index file, are moved to train_dir/set_aside/ (one line each says which
   and why), so that no save overwrites them; the index file is rewritten
-  with paths relative to train_dir when it says anything else.
+  with paths relative to train_dir when it says anything else, without the
+  checkpoints it names outside train_dir (or moved aside when it names
+  none inside), so that the saver never deletes those.
 
   Args:
     train_dir: the trainer's --train_dir.
@@ -276,7 +307,9 @@ def prepare_resume(train_dir, report=print):
   """
   latest = latest_checkpoint(train_dir)
   set_aside = {}
-  if latest.index_problem:
+  # An index file that cannot be rewritten to name only this directory's
+  # checkpoints goes, or the session would restore what it names.
+  if latest.index_problem or (latest.outside and latest.path is None):
     set_aside[INDEX_FILE] = _set_aside(
         train_dir, [os.path.join(train_dir, INDEX_FILE)])
   for path, _ in latest.passed_over:
@@ -304,7 +337,7 @@ def write_index(train_dir, path):
     train_dir: the run directory.
     path: the checkpoint, in train_dir.
   """
-  named, _ = _read_index_file(train_dir)
+  named, _, _ = _read_index_file(train_dir)
   older = [p for p in named if _step_of(p) < _step_of(path) and _files_of(p)]
   paths = [os.path.relpath(p, train_dir) for p in older + [path]]
   filename = os.path.join(train_dir, INDEX_FILE)

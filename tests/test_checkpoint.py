@@ -269,3 +269,65 @@ def test_each_unreadable_checkpoint_says_why(trained, tmp_path):
   assert reason(garbage_index) == (
       'its index file model.ckpt-20.index cannot be read (not an sstable '
       '(bad magic number))')
+
+
+def _all_files(directory):
+  """{name: (md5, mtime)} of every file in directory."""
+  found = {}
+  for name in os.listdir(directory):
+    path = os.path.join(directory, name)
+    with open(path, 'rb') as f:
+      found[name] = (hashlib.md5(f.read()).hexdigest(),
+                     os.stat(path).st_mtime_ns)
+  return found
+
+
+@pytest.mark.parametrize('copied', [True, False])
+def test_index_naming_checkpoints_elsewhere_never_touches_them(
+    trained, data_dir, tmp_path, copied):
+  """A learner copies an old run's index file (and its newest checkpoint,
+  or not) into a new --train_dir: the old run's checkpoints, named by the
+  index file absolutely or by ../, stay as they are through 7 saves of a
+  saver that keeps 5."""
+  old = str(tmp_path / 'old')
+  shutil.copytree(trained, old)
+  old_files = _all_files(old)
+  train_dir = str(tmp_path / 'new')
+  os.makedirs(train_dir)
+  if copied:
+    for name in os.listdir(old):
+      if name.startswith('model.ckpt-20.'):
+        shutil.copy(os.path.join(old, name), train_dir)
+  outside = [old + '/model.ckpt-0', '../old/model.ckpt-10']
+  named = outside + (['model.ckpt-20'] if copied else [])
+  with open(os.path.join(train_dir, 'checkpoint'), 'w') as f:
+    f.write('model_checkpoint_path: "%s"\n' % named[-1])
+    for path in named:
+      f.write('all_model_checkpoint_paths: "%s"\n' % path)
+  note = ('Note: the index file of %s names checkpoints outside it, left out '
+          '(nothing there is read or deleted): %s' % (
+              train_dir, ', '.join([old + '/model.ckpt-0',
+                                    old + '/model.ckpt-10'])))
+
+  if copied:
+    evaluated = _evaluate(data_dir, train_dir, tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert [l for l in evaluated.stdout.splitlines()
+            if l.endswith(note + '.')], evaluated.stdout
+
+  start = 20 if copied else 0
+  resumed = _train(data_dir, train_dir, start + 7 * SAVE_EVERY)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  notes = [l for l in resumed.stdout.splitlines() if l.startswith('Note:')]
+  if copied:
+    assert notes == [note + '.']
+    assert _resumed_from(resumed.stdout) == train_dir + '/model.ckpt-20'
+  else:
+    # Nothing of this directory's to go on from: the index file is moved
+    # aside, so that the session does not restore what it names.
+    assert notes == [note + '. Moved it to %s/set_aside/.' % train_dir]
+    assert 'Resuming from' not in resumed.stdout
+    assert os.listdir(os.path.join(train_dir, 'set_aside')) == ['checkpoint']
+  assert checkpoint_step(train_dir) == start + 7 * SAVE_EVERY
+  assert all(not p.startswith(('/', '..')) for p in _index_paths(train_dir))
+  assert _all_files(old) == old_files

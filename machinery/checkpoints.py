@@ -284,7 +284,7 @@ def notes(latest, then, set_aside=None):
   return lines
 
 
-def prepare_resume(train_dir, report=print):
+def prepare_resume(train_dir, var_list, report=print):
   """Makes the newest readable checkpoint the one a trainer resumes from.
 
   The checkpoints newer than it that cannot be read, and an unreadable
@@ -296,6 +296,8 @@ def prepare_resume(train_dir, report=print):
 
   Args:
     train_dir: the trainer's --train_dir.
+    var_list: dict of the names in the checkpoint to the model's variables
+      (what the session restores).
     report: prints a line.
 
   Returns:
@@ -303,9 +305,14 @@ def prepare_resume(train_dir, report=print):
 
   Raises:
     errors.CheckpointError: train_dir holds checkpoints, none of them
-      readable.
+      readable, or the newest readable one is not this model's; nothing
+      was changed.
   """
   latest = latest_checkpoint(train_dir)
+  if latest.path:  # Before anything is moved or written.
+    check_checkpoint(latest.path, var_list, advice=(
+        'Nothing was changed; give --train_dir a new directory, or one of '
+        'this trainer\'s runs'))
   set_aside = {}
   # An index file that cannot be rewritten to name only this directory's
   # checkpoints goes, or the session would restore what it names.
@@ -354,13 +361,15 @@ def write_index(train_dir, path):
         all_model_checkpoint_paths=paths)
 
 
-def check_checkpoint(checkpoint_path, var_list):
+def check_checkpoint(checkpoint_path, var_list, advice=(
+    'Point --checkpoint_dir at a --train_dir of this project\'s trainers')):
   """Checks that a checkpoint holds this model's variables.
 
   Args:
     checkpoint_path: the checkpoint.
     var_list: dict of the names in the checkpoint to restore from to the
       model's variables.
+    advice: what to do, the error line's last sentence.
 
   Returns:
     The global step the checkpoint was saved at.
@@ -374,12 +383,11 @@ def check_checkpoint(checkpoint_path, var_list):
   for name, var in sorted(var_list.items()):
     if shapes.get(name) != var.shape.as_list():
       raise errors.CheckpointError(
-          'Checkpoint %s is not this model\'s: %s. Point --checkpoint_dir at '
-          'a --train_dir of this project\'s trainers.'
+          'Checkpoint %s is not this model\'s: %s. %s.'
           % (checkpoint_path,
              'it has no %s' % name if name not in shapes else
              '%s is %s there, %s here' % (name, shapes[name],
-                                           var.shape.as_list())))
+                                           var.shape.as_list()), advice))
   return int(reader.get_tensor(tf1.GraphKeys.GLOBAL_STEP))
 
 

@@ -207,10 +207,12 @@ def _prepare_resume():
     Its global step, or None when there is none.
 
   Raises:
-    errors.CheckpointError: no checkpoint there is readable.
+    errors.CheckpointError: no checkpoint there is readable, or it is
+      another model's.
   """
   # What is on disk and readable, with the index file saying so.
-  latest = checkpoints.prepare_resume(FLAGS.train_dir)
+  latest = checkpoints.prepare_resume(FLAGS.train_dir, {
+      v.op.name: v for v in tf1.global_variables()})
   if not latest:
     return None
   print('Resuming from %s.' % latest)

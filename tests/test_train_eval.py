@@ -357,6 +357,32 @@ def test_eval_of_another_models_checkpoint_is_one_line(fake_data_dir,
         % (checkpoint_dir, wrong)]
 
 
+@pytest.mark.parametrize('script', ['cifar10_train.py',
+                                    'cifar10_multi_gpu_train.py'])
+def test_trainer_on_another_models_checkpoint_is_one_line(
+    fake_data_dir, tmp_path, script):
+  train_dir = tmp_path / 'other'
+  _save_other_checkpoint(str(train_dir), {'dense/kernel': [10, 10]})
+  def files():
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in train_dir.iterdir() if p.is_file()}
+  before = files()
+  result = run_script(script, '--data_dir=' + fake_data_dir,
+                      '--train_dir=' + str(train_dir), '--max_steps=5',
+                      '--batch_size=8', timeout=120)
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr
+  assert error_lines(result.stderr) == [
+      "Error: Checkpoint %s/model.ckpt-0 is not this model's: it has no "
+      "conv1/biases. Nothing was changed; give --train_dir a new directory, "
+      "or one of this trainer's runs." % train_dir]
+  # Its files as they were; only the trainer's lock file is new.
+  after = files()
+  after.pop('trainer.lock', None)
+  assert after == before
+  assert sorted(p.name for p in train_dir.iterdir() if p.is_dir()) == []
+
+
 def test_bf16_checkpoint_is_float32_evaluates_and_resumes_either_way(
     fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')

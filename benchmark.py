@@ -23,8 +23,13 @@ Rows:
   keras_loop_bf16  keras_loop under mixed_bfloat16
 
 Training rows also show GFLOP/s (convolution and matmul flops of a
-training step) against the peak of a 4096x4096 float32 matmul measured
-first in the same run, and the table shows ours / Keras. With
+training step) against the peak of a 4096x4096 matmul in the row's own
+precision (float32, bfloat16, float16), each measured first in the same
+run, and the table shows ours / Keras. The Keras rows run twice, each in
+a child process of its own (TensorFlow reads the setting once, as it
+starts): with TensorFlow's default oneDNN setting on this CPU (/tf_default)
+and with oneDNN on (/onednn_on), as our rows run; --keras_onednn chooses.
+The CPU's class (AVX2, AVX-512, AVX512_BF16, AMX) heads the table. With
 --profile_steps, the train row's op time per step follows, by layer and
 op, from the step stats of traced steps.
 The model flags (--use_bf16, --use_fp16, --data_format, --xla) and
@@ -41,6 +46,7 @@ from __future__ import division
 from __future__ import print_function
 
 import collections
+import os
 import re
 import time
 
@@ -51,8 +57,10 @@ import cifar10_input
 import cifar10_multi_gpu_train as multi
 import cifar10_train
 from machinery import cli
+from machinery import environment
 from machinery import errors
 from machinery import hardware
+from machinery import row_process
 import numpy as np
 import tensorflow as tf
 
@@ -73,9 +81,19 @@ flags.DEFINE_enum('keras_jit_compile', 'auto', ['auto', 'true', 'false'],
 flags.DEFINE_integer('profile_steps', 0,
                      'Steps of the train row to trace for the op profile; '
                      '0 for none.', lower_bound=0)
+KERAS_ONEDNN = ['tf_default', 'onednn_on']
+flags.DEFINE_list('keras_onednn', KERAS_ONEDNN,
+                  'The oneDNN settings to run the Keras rows in, a child '
+                  'process each: tf_default (what TensorFlow does on this '
+                  'CPU by itself), onednn_on (as our rows run).')
+flags.DEFINE_boolean('row_process', False,
+                     'Serve rows to a parent benchmark.py over stdin and '
+                     'stdout (machinery/row_process.py); set by the parent.')
 flags.adopt_module_key_flags(cifar10)
 
 MATMUL_SIZE = 4096
+# How long to time the matmul of each precision, at least 3 runs.
+PEAK_SECONDS = 3.0
 
 # GPUs from this compute capability on (Ampere) multiply float32 matrices
 # in TF32, TensorFlow's default there.
@@ -102,24 +120,78 @@ def train_flops_per_example():
   return 2 * (forward + backward)
 
 
-def matmul_peak():
-  """Measures the GFLOP/s of a float32 4096x4096 matmul, median of 10, as
-  the training rows run float32 (see _float32_matmuls)."""
+def matmul_peak(dtype=tf.float32):
+  """Measures the GFLOP/s of a 4096x4096 matmul: the median of 3 to 10
+  runs, as many as PEAK_SECONDS allow.
+
+  Args:
+    dtype: its precision: tf.float32 (on a GPU, as the training rows run
+      it: see _float32_matmuls), tf.bfloat16 or tf.float16.
+
+  Returns:
+    The GFLOP/s.
+  """
   n = MATMUL_SIZE
   with tf.Graph().as_default():
-    a = tf1.get_variable('a', [n, n], initializer=tf1.ones_initializer())
-    b = tf1.get_variable('b', [n, n], initializer=tf1.ones_initializer())
+    a = tf1.get_variable('a', [n, n], dtype, tf1.ones_initializer())
+    b = tf1.get_variable('b', [n, n], dtype, tf1.ones_initializer())
     # Reduce to a scalar on the device, so no copy of the result is timed.
     product = tf.reduce_sum(tf.matmul(a, b))
     with tf1.Session(config=hardware.session_config()) as sess:
       sess.run(tf1.global_variables_initializer())
       sess.run(product)
       times = []
-      for _ in range(10):
+      while len(times) < 10 and (len(times) < 3 or
+                                 sum(times) < PEAK_SECONDS):
         start = time.time()
         sess.run(product)
         times.append(time.time() - start)
   return 2.0 * n ** 3 / np.median(times) / 1e9
+
+
+def _peaks():
+  """Measures the matmul peak of float32 and of each precision the
+  training rows run in; returns {precision name: GFLOP/s}."""
+  precisions = {'float32'} | {_precision(row) for row in FLAGS.rows
+                              if row in TRAINING_ROWS}
+  return {name: matmul_peak(tf.as_dtype(name)) for name in sorted(precisions)}
+
+
+def _precision(row):
+  """Names the precision a training row multiplies in: 'float32',
+  'bfloat16' or 'float16'."""
+  if row in KERAS_ROWS:
+    return 'bfloat16' if row.endswith('_bf16') else 'float32'
+  if row.endswith('_bf16') or FLAGS.use_bf16:
+    return 'bfloat16'
+  return 'float16' if FLAGS.use_fp16 else 'float32'
+
+
+def _onednn_on():
+  """Tells whether oneDNN runs this process's CPU ops: 'on', 'off', or '?'
+  where this TensorFlow does not say."""
+  try:
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+    return 'on' if _pywrap_util_port.IsMklEnabled() else 'off'
+  except (ImportError, AttributeError):  # A TensorFlow without it.
+    return '?'
+
+
+def _child_environ(setting):
+  """The environment of the child process of a --keras_onednn setting.
+
+  tf_default leaves TF_ENABLE_ONEDNN_OPTS to TensorFlow, except on the
+  CPUs where the scripts would turn oneDNN on (machinery/environment.py):
+  there it says what TensorFlow does by itself, off.
+  """
+  if setting == 'onednn_on':
+    onednn = '1'
+  elif environment.onednn_setting(environment.cpu_flags(), {}):
+    onednn = '0'
+  else:
+    onednn = None
+  # The GPU, if any, is shared with this process and the other child.
+  return {'TF_ENABLE_ONEDNN_OPTS': onednn, 'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}
 
 
 def _float32_matmuls():
@@ -480,48 +552,70 @@ def _check_rows():
     raise errors.UsageError(
         '--use_fp16 cannot run the bfloat16 rows (%s): leave them out of '
         '--rows.' % ','.join(sorted(bf16_rows)))
+  unknown = set(FLAGS.keras_onednn) - set(KERAS_ONEDNN)
+  if unknown or not FLAGS.keras_onednn:
+    raise errors.UsageError(
+        'Unknown --keras_onednn %s; choose one or both of %s.'
+        % (','.join(sorted(unknown)), ','.join(KERAS_ONEDNN)))
   if 'split_bf16' in FLAGS.rows and FLAGS.batch_size % 2:
     raise errors.UsageError(
         'The split_bf16 row splits --batch_size=%d over 2 towers: give an '
         'even --batch_size.' % FLAGS.batch_size)
 
 
-def _print_table(timers, rates, peak, flops):
+def _table_rows():
+  """The rows as the table names them: a Keras row once per --keras_onednn
+  setting (keras_fit/tf_default, keras_fit/onednn_on), the others as they
+  are."""
+  names = []
+  for row in FLAGS.rows:
+    names += ([row + '/' + setting for setting in FLAGS.keras_onednn]
+              if row in KERAS_ROWS else [row])
+  return names
+
+
+def _print_table(timers, rates, peaks, flops):
   """Prints each row's median rate, spread, GFLOP/s and 100K-step time,
   then ours / Keras.
 
   Args:
-    timers: {row: (timer, examples per step, devices)}.
-    rates: {row: examples/sec of each window}.
-    peak: the matmul peak, GFLOP/s.
+    timers: {table row: (timer, examples per step, devices, oneDNN)}.
+    rates: {table row: examples/sec of each window}.
+    peaks: {precision: the matmul peak, GFLOP/s}.
     flops: flops of one example's training step.
   """
   medians = {}
   lines = []
-  for row in FLAGS.rows:
-    title = BUILDERS[row][0]
-    _, examples_per_step, devices = timers[row]
-    medians[row] = np.median(rates[row])
+  for name in _table_rows():
+    row = name.split('/')[0]
+    _, examples_per_step, devices, onednn = timers[name]
+    medians[name] = np.median(rates[name])
     gflops = projected = ''
     if row in TRAINING_ROWS:
-      rate = medians[row] * flops / 1e9
-      gflops = '%.1f (%.0f%%)' % (rate, 100 * rate / peak)
+      rate = medians[name] * flops / 1e9
+      gflops = '%.1f (%.0f%% of %s)' % (
+          rate, 100 * rate / peaks[_precision(row)], _precision(row))
       if 'GPU' in devices:
         projected = '%.1f min' % (
-            PROJECTED_STEPS * examples_per_step / medians[row] / 60)
-    lines.append((row, title, devices, medians[row], min(rates[row]),
-                  max(rates[row]), gflops, projected))
-    print('%-15s %-44s %-11s %8.1f examples/sec (%.1f..%.1f) %s %s'
-          % lines[-1])
+            PROJECTED_STEPS * examples_per_step / medians[name] / 60)
+    lines.append((name, BUILDERS[row][0], devices, onednn, medians[name],
+                  min(rates[name]), max(rates[name]), gflops, projected))
+    print('%-21s %-44s %-11s oneDNN %-3s %8.1f examples/sec (%.1f..%.1f) '
+          '%s %s' % lines[-1])
   print()
-  print('| row | what | device | examples/sec (median) | min..max | GFLOP/s '
-        '(of peak) | %dK steps |' % (PROJECTED_STEPS // 1000))
-  print('| --- | --- | --- | ---: | --- | --- | ---: |')
+  print('CPU class %s; matmul peaks %s GFLOP/s' % (
+      environment.cpu_class(environment.cpu_flags()), ', '.join(
+          '%s %.1f' % item for item in sorted(peaks.items()))))
+  print()
+  print('| row | what | device | oneDNN | examples/sec (median) | min..max '
+        '| GFLOP/s (of its precision\'s peak) | %dK steps |'
+        % (PROJECTED_STEPS // 1000))
+  print('| --- | --- | --- | --- | ---: | --- | --- | ---: |')
   for line in lines:
-    print('| %s | %s | %s | %.1f | %.1f..%.1f | %s | %s |' % line)
+    print('| %s | %s | %s | %s | %.1f | %.1f..%.1f | %s | %s |' % line)
   for ours in OURS_AGAINST_KERAS:
-    for keras in KERAS_ROWS:
-      if ours in medians and keras in medians:
+    for keras in sorted(medians):
+      if ours in medians and keras.split('/')[0] in KERAS_ROWS:
         print('%s / %s = %.2fx' % (ours, keras,
                                    medians[ours] / medians[keras]))
 
@@ -535,33 +629,79 @@ def _bf16_rows_notice():
       print(notice)
 
 
+def _set_up_rows(children):
+  """Builds every row and runs its warm-up steps.
+
+  Args:
+    children: {--keras_onednn setting: its row_process.RowProcess}.
+
+  Returns:
+    {table row: (timer, examples per step, devices, oneDNN)}.
+  """
+  timers = {}
+  for name in _table_rows():
+    print('setting up %s, %d warm-up steps' % (name, FLAGS.warmup))
+    row, _, setting = name.partition('/')
+    if setting:  # A Keras row, in the child process of its setting.
+      timers[name] = children[setting].setup(row) + (
+          children[setting].describe(),)
+    else:
+      timers[name] = BUILDERS[row][1]() + (_onednn_on(),)
+      timers[name][0](FLAGS.warmup)
+  return timers
+
+
+def _run_windows(timers):
+  """Times --windows windows of --steps steps of every row, the rows
+  taking turns, a window each, so that drift slows all alike.
+
+  Returns:
+    {table row: examples/sec of each window}.
+  """
+  rates = {name: [] for name in timers}
+  for window in range(FLAGS.windows):
+    for name, (timer, examples_per_step, _, _) in timers.items():
+      rates[name].append(FLAGS.steps * examples_per_step /
+                         timer(FLAGS.steps))
+    print('window %d of %d: %s' % (window + 1, FLAGS.windows, ', '.join(
+        '%s %.1f' % (name, rates[name][-1]) for name in timers)))
+  return rates
+
+
 def main(argv=None):  # pylint: disable=unused-argument
+  if FLAGS.row_process:  # A child of another benchmark.py: its Keras rows.
+    row_process.serve({row: BUILDERS[row][1] for row in KERAS_ROWS},
+                      FLAGS.warmup, _onednn_on)
+    return
   _check_rows()
   cifar10.maybe_download_and_extract()
-  peak = matmul_peak()
+  peaks = _peaks()
   flops = train_flops_per_example()
   print('batch_size %d per tower, warm-up %d steps, %d windows of %d steps'
         % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
-  print('matmul peak %.1f GFLOP/s (%s %dx%d); training step %.1f '
-        'MFLOP per example' % (peak, _float32_matmuls(), MATMUL_SIZE,
-                               MATMUL_SIZE, flops / 1e6))
+  print('matmul peak %.1f GFLOP/s (%s %dx%d)%s; training step %.1f MFLOP '
+        'per example' % (peaks['float32'], _float32_matmuls(), MATMUL_SIZE,
+                         MATMUL_SIZE, ''.join(
+                             ', %s %.1f' % item for item in sorted(
+                                 peaks.items()) if item[0] != 'float32'),
+                         flops / 1e6))
+  print('CPU class %s; oneDNN %s in this process (our rows)' % (
+      environment.cpu_class(environment.cpu_flags()), _onednn_on()))
   print(_gpus_line())
   _bf16_rows_notice()
-  timers = {}
-  for row in FLAGS.rows:
-    print('setting up %s, %d warm-up steps' % (row, FLAGS.warmup))
-    timers[row] = BUILDERS[row][1]()
-    timers[row][0](FLAGS.warmup)
-  # The rows take turns, a window each, so that drift slows all alike.
-  rates = {row: [] for row in FLAGS.rows}
-  for window in range(FLAGS.windows):
-    for row in FLAGS.rows:
-      timer, examples_per_step, _ = timers[row]
-      rates[row].append(FLAGS.steps * examples_per_step / timer(FLAGS.steps))
-    print('window %d of %d: %s' % (window + 1, FLAGS.windows, ', '.join(
-        '%s %.1f' % (row, rates[row][-1]) for row in FLAGS.rows)))
+  children = {}
+  if set(FLAGS.rows) & set(KERAS_ROWS):
+    children = {setting: row_process.RowProcess(
+        __file__, _child_environ(setting), FLAGS.flags_into_string())
+                for setting in FLAGS.keras_onednn}
+  try:
+    timers = _set_up_rows(children)
+    rates = _run_windows(timers)
+  finally:
+    for child in children.values():
+      child.close()
   print()
-  _print_table(timers, rates, peak, flops)
+  _print_table(timers, rates, peaks, flops)
   if FLAGS.profile_steps:
     _print_profile(profile_train(FLAGS.profile_steps))
 

@@ -42,6 +42,30 @@ def cpu_flags():
             for word in line.split(':', 1)[1].split()}
 
 
+def cpu_class(flags):
+  """Names the class of an x86 CPU that decides this model's speed.
+
+  Args:
+    flags: the CPU's flags (cpu_flags()).
+
+  Returns:
+    'AMX' (bfloat16 tile units), 'AVX512_BF16', 'AVX-512', 'AVX2', or
+    what else the flags say.
+  """
+  if not flags:
+    return 'unknown (no %s)' % CPUINFO
+  for flag, name in (('amx_bf16', 'AMX'), ('avx512_bf16', 'AVX512_BF16'),
+                     ('avx512f', 'AVX-512'), ('avx2', 'AVX2')):
+    if flag in flags:
+      return name
+  return 'without AVX2'
+
+
+def onednn_by_default(flags):
+  """Tells whether TensorFlow turns oneDNN on by itself on this CPU."""
+  return bool(flags & set(ONEDNN_BY_DEFAULT))
+
+
 def onednn_setting(flags, environ):
   """Chooses the TF_ENABLE_ONEDNN_OPTS to start TensorFlow with.
 
@@ -55,7 +79,7 @@ def onednn_setting(flags, environ):
   """
   if 'TF_ENABLE_ONEDNN_OPTS' in environ:
     return None  # The user's choice.
-  if ONEDNN_GAINS in flags and not flags & set(ONEDNN_BY_DEFAULT):
+  if ONEDNN_GAINS in flags and not onednn_by_default(flags):
     return '1'
   return None
 

@@ -1,5 +1,6 @@
 """benchmark.py runs every row and prints the table (figures not judged)."""
 
+import os
 import re
 
 import tensorflow as tf
@@ -8,6 +9,7 @@ from tensorflow.python.framework import ops
 import benchmark
 import cifar10
 from conftest import run_script
+from machinery import environment
 
 
 def test_flops_per_example_matches_tensorflows_count_of_the_model():
@@ -33,33 +35,52 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
                       '--warmup=1', '--profile_steps=2')
   assert result.returncode == 0, result.stderr[-2000:]
   out = result.stdout
-  assert re.search(r'^matmul peak \d+\.\d GFLOP/s', out, re.M)
+  # A peak for each precision the rows run in: float32 and bfloat16.
+  assert re.search(r'^matmul peak \d+\.\d GFLOP/s \(float32 4096x4096\), '
+                   r'bfloat16 \d+\.\d; ', out, re.M)
+  cpu = environment.cpu_class(environment.cpu_flags())
+  assert re.search(r'^CPU class %s; matmul peaks bfloat16 \d+\.\d, float32 '
+                   r'\d+\.\d GFLOP/s$' % cpu, out, re.M)
   gpus = tf.config.list_physical_devices('GPU')
   assert ('GPUs: GPU:0 ' if gpus else 'no GPU visible') in out
+  # TensorFlow's own oneDNN setting here, and the scripts' (on wherever
+  # oneDNN gains: machinery/environment.py).
+  by_itself = environment.onednn_by_default(environment.cpu_flags())
+  ours = {'1': 'on', '0': 'off'}.get(
+      os.environ.get('TF_ENABLE_ONEDNN_OPTS'), 'on' if by_itself else 'off')
   for row in benchmark.ROWS:
-    match = re.search(r'^\| %s \| .* \| ([A-Z:0-9,]+) \| (\d+\.\d) \| '
-                      r'(\d+\.\d)\.\.(\d+\.\d) \| (.*) \| (.*) \|$' % row,
-                      out, re.M)
-    assert match, row
-    devices, gflops, projected = match.group(1, 5, 6)
-    median, low, high = (float(match.group(i)) for i in (2, 3, 4))
-    assert 0 < low <= median <= high
-    if row in benchmark.TRAINING_ROWS:
-      assert re.match(r'\d+\.\d \(\d+%\)$', gflops), gflops
-    # The device its convolutions ran on; with a GPU, the two-tower rows
-    # run on two (virtual, if need be) GPUs, and the training rows show
-    # how long 100K steps would take.
-    towers = 2 if row in ('multi2', 'split_bf16') else 1
-    if not gpus or row == 'input':
-      assert devices == 'CPU:0' and projected == '', (row, devices)
-    else:
-      assert devices == ','.join('GPU:%d' % i for i in range(towers)), row
+    names = ([row + '/tf_default', row + '/onednn_on']
+             if row in benchmark.KERAS_ROWS else [row])
+    for name in names:
+      match = re.search(r'^\| %s \| .* \| ([A-Z:0-9,]+) \| (on|off) \| '
+                        r'(\d+\.\d) \| (\d+\.\d)\.\.(\d+\.\d) \| (.*) \| '
+                        r'(.*) \|$' % name, out, re.M)
+      assert match, name
+      devices, onednn, gflops, projected = match.group(1, 2, 6, 7)
+      median, low, high = (float(match.group(i)) for i in (3, 4, 5))
+      assert 0 < low <= median <= high
+      assert onednn == {'tf_default': 'on' if by_itself else 'off',
+                        'onednn_on': 'on'}.get(name.partition('/')[2],
+                                               ours), name
       if row in benchmark.TRAINING_ROWS:
-        assert re.match(r'\d+\.\d min$', projected), (row, projected)
-  for ours in benchmark.OURS_AGAINST_KERAS:
-    for keras in ('keras_fit', 'keras_loop', 'keras_fit_bf16',
-                  'keras_loop_bf16'):
-      assert re.search(r'^%s / %s = \d+\.\d\dx$' % (ours, keras), out, re.M)
+        precision = 'bfloat16' if row.endswith('_bf16') else 'float32'
+        assert re.match(r'\d+\.\d \(\d+%% of %s\)$' % precision,
+                        gflops), gflops
+      # The device its convolutions ran on; with a GPU, the two-tower rows
+      # run on two (virtual, if need be) GPUs, and the training rows show
+      # how long 100K steps would take.
+      towers = 2 if row in ('multi2', 'split_bf16') else 1
+      if not gpus or row == 'input':
+        assert devices == 'CPU:0' and projected == '', (name, devices)
+      else:
+        assert devices == ','.join('GPU:%d' % i for i in range(towers)), name
+        if row in benchmark.TRAINING_ROWS:
+          assert re.match(r'\d+\.\d min$', projected), (name, projected)
+  for ours_row in benchmark.OURS_AGAINST_KERAS:
+    for keras in benchmark.KERAS_ROWS:
+      for setting in ('tf_default', 'onednn_on'):
+        assert re.search(r'^%s / %s/%s = \d+\.\d\dx$' % (
+            ours_row, keras, setting), out, re.M)
   # A section per device; the convolutions run on the train row's device.
   sections = re.findall(r'^train row op time on ([A-Z]+:\d+), .*\n'
                         r'((?:\s+\d+\.\d\d ms .*\n?)+)', out, re.M)
@@ -89,7 +110,9 @@ def test_rows_the_flags_cannot_run_are_one_line(tmp_path):
   for args, words in [(['--rows=train,split_bf16', '--batch_size=15'],
                        'even --batch_size'),
                       (['--rows=split_bf16', '--use_fp16'],
-                       'cannot run the bfloat16 rows (split_bf16)')]:
+                       'cannot run the bfloat16 rows (split_bf16)'),
+                      (['--keras_onednn=tf_default,always'],
+                       'Unknown --keras_onednn always')]:
     result = run_script('benchmark.py', '--data_dir=%s' % tmp_path, *args)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()

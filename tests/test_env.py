@@ -49,3 +49,14 @@ def test_scripts_start_tensorflow_with_onednn_unless_told_not_to():
   if 'avx2' in flags:  # On by TensorFlow's choice or by ours.
     assert _onednn_on(environ)
   assert not _onednn_on(dict(environ, TF_ENABLE_ONEDNN_OPTS='0'))
+
+
+def test_cpu_class_names_the_units_that_decide_speed():
+  assert environment.cpu_class({'avx2', 'avx512f', 'avx512_bf16',
+                                'amx_bf16'}) == 'AMX'
+  assert environment.cpu_class({'avx2', 'avx512f', 'avx512_bf16'}) == (
+      'AVX512_BF16')
+  assert environment.cpu_class({'avx2', 'avx512f'}) == 'AVX-512'
+  assert environment.cpu_class({'avx2', 'fma'}) == 'AVX2'
+  assert environment.cpu_class({'sse4_2'}) == 'without AVX2'
+  assert environment.cpu_class(set()).startswith('unknown')

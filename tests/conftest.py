@@ -10,6 +10,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -287,6 +288,15 @@ def checkpoint_step(train_dir):
   if path is None:
     return None
   return int(tf.train.load_checkpoint(path).get_tensor('global_step'))
+
+
+def in_use_line(train_dir, pid, args, advice=''):
+  """The Error line of a trainer refused a --train_dir that
+  cifar10_train.py, run with args as process pid, holds."""
+  return ('Error: --train_dir=%s is in use by process %d on %s (%s %s). Wait '
+          'for it to end or stop it, or train in another --train_dir.%s'
+          % (train_dir, pid, socket.gethostname(),
+             os.path.join(REPO, 'cifar10_train.py'), ' '.join(args), advice))
 
 
 def error_lines(stderr):

@@ -5,13 +5,12 @@ directory, a full disk."""
 import os
 import re
 import signal
-import socket
 
 import pytest
 import tensorflow as tf
 
-from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
-                      run_limited, run_script, start_script)
+from conftest import (STEP_LINE, checkpoint_step, error_lines,
+                      in_use_line, run_limited, run_script, start_script)
 
 # Every script's directory flags.
 PATH_FLAGS = {
@@ -114,12 +113,9 @@ def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
     for script in ('cifar10_train.py', 'cifar10_multi_gpu_train.py'):
       second = run_script(script, '--max_steps=1000000', *args)
       assert second.returncode == 1
-      assert error_lines(second.stderr) == [
-          'Error: --train_dir=%s is in use by process %d on %s (%s '
-          '--max_steps=1000000 --log_frequency=1 %s). Wait for it to end or '
-          'stop it, or train in another --train_dir.'
-          % (train_dir, first.pid, socket.gethostname(),
-             os.path.join(REPO, 'cifar10_train.py'), ' '.join(args))]
+      assert error_lines(second.stderr) == [in_use_line(
+          train_dir, first.pid,
+          ['--max_steps=1000000', '--log_frequency=1'] + args)]
     # The evaluator reads beside it.
     evaluated = run_script('cifar10_eval.py', '--run_once',
                            '--data_dir=' + fake_data_dir,

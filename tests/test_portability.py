@@ -4,12 +4,11 @@ lock a killed trainer left (machinery/lock.py)."""
 
 import os
 import signal
-import socket
 
 import pytest
 
-from conftest import (REPO, STEP_LINE, checkpoint_step, error_lines,
-                      run_script, start_script)
+from conftest import (STEP_LINE, checkpoint_step, error_lines,
+                      in_use_line, run_script, start_script)
 
 SCRIPTS = ['cifar10_train.py', 'cifar10_multi_gpu_train.py',
            'cifar10_model_parallel_train.py', 'cifar10_eval.py',
@@ -62,12 +61,9 @@ def test_without_fcntl_one_trainer_per_dir_ctrl_c_saves_kill_9_taken_over(
     second = run_script('cifar10_train.py', '--max_steps=1000000', *args,
                         env=no_fcntl)
     assert second.returncode == 1
-    assert error_lines(second.stderr) == [
-        'Error: --train_dir=%s is in use by process %d on %s (%s '
-        '--max_steps=1000000 %s). Wait for it to end or stop it, or train '
-        'in another --train_dir. Where it no longer runs, delete %s.'
-        % (train_dir, first.pid, socket.gethostname(),
-           os.path.join(REPO, 'cifar10_train.py'), ' '.join(args), lock_file)]
+    assert error_lines(second.stderr) == [in_use_line(
+        train_dir, first.pid, ['--max_steps=1000000'] + args,
+        ' Where it no longer runs, delete %s.' % lock_file)]
     # Ctrl-C: a checkpoint at the step reached, and the lock released.
     first.send_signal(signal.SIGINT)
     stopped = first.out.wait_for(r'^Stopped by signal 2; checkpoint saved',

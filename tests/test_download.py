@@ -307,3 +307,30 @@ def test_download_larger_than_cifar10_is_refused(tmp_path, declared):
   finally:
     server.close()
   assert os.listdir(data_dir) == []
+
+
+@pytest.mark.parametrize('member,refusal', [
+    ('../evil.bin', "'../evil.bin' would be extracted to '.*', which is "
+                    'outside the destination'),
+    ('symlink', "'cifar-10-batches-bin/data_batch_1.bin' is a link to an "
+                'absolute path'),
+])
+def test_archive_reaching_outside_data_dir_writes_nothing_there(
+    tmp_path, member, refusal):
+  buf = io.BytesIO()
+  with tarfile.open(fileobj=buf, mode='w:gz') as tar:
+    if member == 'symlink':
+      info = tarfile.TarInfo('%s/data_batch_1.bin' % cifar10_input.BATCHES_DIR)
+      info.type = tarfile.SYMTYPE
+      info.linkname = str(tmp_path / 'target')
+      tar.addfile(info)
+    else:
+      info = tarfile.TarInfo(member)
+      info.size = 2
+      tar.addfile(info, io.BytesIO(b'hi'))
+  (tmp_path / 'bad.tar.gz').write_bytes(buf.getvalue())
+  data_dir = tmp_path / 'data'
+  with pytest.raises(errors.DataError, match='Failed to extract .*: ' + refusal):
+    _get(str(data_dir), 'file://%s' % (tmp_path / 'bad.tar.gz'))
+  assert sorted(os.listdir(str(tmp_path))) == ['bad.tar.gz', 'data']
+  assert sorted(os.listdir(str(data_dir))) == ['bad.tar.gz']

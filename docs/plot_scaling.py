@@ -118,15 +118,17 @@ def print_precision(runs):
   print('| towers | rate | seeds | precision @ 1, moving averages | raw '
         'weights |')
   print('| ---: | --- | ---: | --- | --- |')
-  for scaling in sorted(runs):
-    for towers in sorted(runs[scaling]):
-      points = runs[scaling][towers]
-      emas = [ema for _, ema, _ in points]
-      raws = [raw for _, _, raw in points if raw == raw]  # Not NaN.
-      print('| %d | %s | %d | %.1f..%.1f%% | %s |' % (
-          towers, scaling, len(points), 100 * min(emas), 100 * max(emas),
-          '%.1f..%.1f%%' % (100 * min(raws), 100 * max(raws)) if raws
-          else '-'))
+  # By towers, the unscaled rate first.
+  for towers, _, scaling in sorted((towers, scaling != 'none', scaling)
+                                   for scaling in runs
+                                   for towers in runs[scaling]):
+    points = runs[scaling][towers]
+    emas = [ema for _, ema, _ in points]
+    raws = [raw for _, _, raw in points if raw == raw]  # Not NaN.
+    print('| %d | %s | %d | %.1f..%.1f%% | %s |' % (
+        towers, scaling, len(points), 100 * min(emas), 100 * max(emas),
+        '%.1f..%.1f%%' % (100 * min(raws), 100 * max(raws)) if raws
+        else '-'))
 
 
 def print_predictions():
@@ -167,14 +169,17 @@ def plot(runs, out):
       continue
     label = {'none': 'rate 0.1 unscaled',
              'linear': 'linear rule, 2-epoch warm-up'}[scaling]
-    towers = sorted(runs[scaling])
-    for n in towers:
-      left.scatter([n] * len(runs[scaling][n]),
-                   [100 * ema for _, ema, _ in runs[scaling][n]],
+    means = {n: 100 * sum(e for _, e, _ in points) / len(points)
+             for n, points in runs[scaling].items()}
+    for n, points in runs[scaling].items():
+      left.scatter([n] * len(points), [100 * ema for _, ema, _ in points],
                    color=color, s=18)
-    left.plot(towers, [100 * sum(e for _, e, _ in runs[scaling][n]) /
-                       len(runs[scaling][n]) for n in towers],
-              color=color, label=label + ' (measured)')
+    if 1 not in means and 1 in runs.get('none', {}):
+      # On one tower the linear rule multiplies the rate by 1: the same run.
+      means[1] = 100 * sum(e for _, e, _ in runs['none'][1]) / len(
+          runs['none'][1])
+    left.plot(sorted(means), [means[n] for n in sorted(means)], color=color,
+              label=label + ' (measured)')
   left.set_xscale('log', base=2)
   left.set_xticks(TOWERS, [str(n) for n in TOWERS])
   left.set_xlabel('towers of 128 (virtual devices on the CPU)')

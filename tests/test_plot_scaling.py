@@ -17,7 +17,8 @@ def test_table_of_runs_and_picture(tmp_path):
   runs = tmp_path / 'runs.csv'
   runs.write_text('# a comment\ntowers,scaling,seed,steps,ema,raw\n'
                   '1,none,1,3906,0.739,0.715\n1,none,2,3906,0.731,0.70\n'
-                  '8,linear,1,488,0.30,0.28\n8,linear,2,488,0.35,\n')
+                  '8,linear,1,488,0.30,0.28\n8,linear,2,488,0.35,\n'
+                  '8,none,1,488,0.47,0.42\n')
   out = tmp_path / 'scaling.png'
   result = subprocess.run(
       [sys.executable, os.path.join(REPO, 'docs', 'plot_scaling.py'),
@@ -27,6 +28,10 @@ def test_table_of_runs_and_picture(tmp_path):
   lines = result.stdout.splitlines()
   assert '| 1 | none | 2 | 73.1..73.9% | 70.0..71.5% |' in lines
   assert '| 8 | linear | 2 | 30.0..35.0% | 28.0..28.0% |' in lines
+  # Row by row by towers, the unscaled rate before the linear rule.
+  rows = [line.split(' | ')[:2] for line in lines
+          if line[:4] in ('| 1 ', '| 8 ')]
+  assert rows[:3] == [['| 1', 'none'], ['| 8', 'none'], ['| 8', 'linear']]
   assert out.stat().st_size > 10000
   assert out.read_bytes()[:4] == b'\x89PNG'
 

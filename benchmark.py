@@ -11,9 +11,11 @@ Rows:
   train_bf16       the same with --use_bf16
   multi1           cifar10_multi_gpu_train.py's train_op, 1 tower
   multi2           cifar10_multi_gpu_train.py's train_op, 2 towers
-  split_bf16       cifar10_multi_gpu_train.py's train_op, --use_bf16, the
-                   batch split over 2 towers of --batch_size/2: the same
-                   examples and update per step as train_bf16
+  split            cifar10_multi_gpu_train.py's train_op, the batch split
+                   over 2 towers of --batch_size/2: the same examples and
+                   update per step as train
+  split_bf16       the same with --use_bf16: the same examples and update
+                   per step as train_bf16
   input            the distorted input pipeline alone
   eval             cifar10_eval.py's forward pass and in_top_k
   keras_fit        the same model in Keras, model.fit on a tf.data
@@ -68,7 +70,8 @@ tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-ROWS = ['train', 'train_bf16', 'multi1', 'multi2', 'split_bf16', 'input',
+ROWS = ['train', 'train_bf16', 'multi1', 'multi2', 'split', 'split_bf16',
+        'input',
         'eval', 'keras_fit', 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16']
 flags.DEFINE_list('rows', ROWS, 'Rows to run, from %s.' % ', '.join(ROWS))
 flags.DEFINE_integer('steps', 50, 'Steps per timed window.', lower_bound=1)
@@ -501,6 +504,10 @@ BUILDERS = {
                lambda: _timed_graph(lambda: _multi(1))),
     'multi2': ('cifar10_multi_gpu_train.py graph, 2 towers',
                lambda: _timed_graph(lambda: _multi(2))),
+    'split': ('cifar10_multi_gpu_train.py graph, 2 towers of half the '
+              'batch',
+              lambda: _timed_graph(flagsaver.flagsaver(
+                  batch_size=FLAGS.batch_size // 2)(lambda: _multi(2)))),
     'split_bf16': ('cifar10_multi_gpu_train.py graph, 2 towers of half '
                    'the batch, --use_bf16',
                    lambda: _timed_graph(flagsaver.flagsaver(
@@ -520,7 +527,7 @@ BUILDERS = {
                         lambda: _keras_loop('mixed_bfloat16')),
 }
 KERAS_ROWS = ('keras_fit', 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16')
-OURS_AGAINST_KERAS = ('train', 'train_bf16', 'split_bf16')
+OURS_AGAINST_KERAS = ('train', 'train_bf16', 'split', 'split_bf16')
 TRAINING_ROWS = OURS_AGAINST_KERAS + ('multi1', 'multi2') + KERAS_ROWS
 
 
@@ -557,10 +564,13 @@ def _check_rows():
     raise errors.UsageError(
         'Unknown --keras_onednn %s; choose one or both of %s.'
         % (','.join(sorted(unknown)), ','.join(KERAS_ONEDNN)))
-  if 'split_bf16' in FLAGS.rows and FLAGS.batch_size % 2:
+  split_rows = {'split', 'split_bf16'} & set(FLAGS.rows)
+  if split_rows and FLAGS.batch_size % 2:
     raise errors.UsageError(
-        'The split_bf16 row splits --batch_size=%d over 2 towers: give an '
-        'even --batch_size.' % FLAGS.batch_size)
+        'The %s %s --batch_size=%d over 2 towers: give an even '
+        '--batch_size.' % (' and '.join(sorted(split_rows)),
+                           'rows split' if len(split_rows) > 1
+                           else 'row splits', FLAGS.batch_size))
 
 
 def _table_rows():

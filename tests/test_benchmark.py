@@ -69,7 +69,7 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
       # The device its convolutions ran on; with a GPU, the two-tower rows
       # run on two (virtual, if need be) GPUs, and the training rows show
       # how long 100K steps would take.
-      towers = 2 if row in ('multi2', 'split_bf16') else 1
+      towers = 2 if row in ('multi2', 'split', 'split_bf16') else 1
       if not gpus or row == 'input':
         assert devices == 'CPU:0' and projected == '', (name, devices)
       else:
@@ -108,7 +108,10 @@ def test_keras_bf16_model_is_mixed_precision():
 
 def test_rows_the_flags_cannot_run_are_one_line(tmp_path):
   for args, words in [(['--rows=train,split_bf16', '--batch_size=15'],
-                       'even --batch_size'),
+                       'The split_bf16 row splits --batch_size=15 over 2 '
+                       'towers: give an even --batch_size'),
+                      (['--rows=split,split_bf16', '--batch_size=15'],
+                       'The split and split_bf16 rows split'),
                       (['--rows=split_bf16', '--use_fp16'],
                        'cannot run the bfloat16 rows (split_bf16)'),
                       (['--keras_onednn=tf_default,always'],

@@ -71,8 +71,8 @@ flags = tf1.flags
 FLAGS = flags.FLAGS
 
 ROWS = ['train', 'train_bf16', 'multi1', 'multi2', 'split', 'split_bf16',
-        'input',
-        'eval', 'keras_fit', 'keras_loop', 'keras_fit_bf16', 'keras_loop_bf16']
+        'input', 'eval', 'keras_fit', 'keras_loop', 'keras_fit_bf16',
+        'keras_loop_bf16']
 flags.DEFINE_list('rows', ROWS, 'Rows to run, from %s.' % ', '.join(ROWS))
 flags.DEFINE_integer('steps', 50, 'Steps per timed window.', lower_bound=1)
 flags.DEFINE_integer('windows', 5, 'Timed windows per row.', lower_bound=1)
@@ -366,6 +366,12 @@ def _multi(num_towers):
           scaffold.local_init_op)
 
 
+def _split():
+  # One step's --batch_size split over 2 towers of half of it.
+  with flagsaver.flagsaver(batch_size=FLAGS.batch_size // 2):
+    return _multi(2)
+
+
 def _input():
   return cifar10.distorted_inputs(), FLAGS.batch_size, None, None
 
@@ -506,13 +512,11 @@ BUILDERS = {
                lambda: _timed_graph(lambda: _multi(2))),
     'split': ('cifar10_multi_gpu_train.py graph, 2 towers of half the '
               'batch',
-              lambda: _timed_graph(flagsaver.flagsaver(
-                  batch_size=FLAGS.batch_size // 2)(lambda: _multi(2)))),
+              lambda: _timed_graph(_split)),
     'split_bf16': ('cifar10_multi_gpu_train.py graph, 2 towers of half '
                    'the batch, --use_bf16',
-                   lambda: _timed_graph(flagsaver.flagsaver(
-                       use_bf16=True, batch_size=FLAGS.batch_size // 2)(
-                           lambda: _multi(2)))),
+                   lambda: _timed_graph(
+                       flagsaver.flagsaver(use_bf16=True)(_split))),
     'input': ('input pipeline alone (distorted batches)',
               lambda: _timed_graph(_input)),
     'eval': ('eval forward pass + in_top_k',

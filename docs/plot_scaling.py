@@ -160,6 +160,12 @@ def print_predictions():
           machines * BATCH * 1000 / ring))
 
 
+def _mean_percent(points):
+  """Returns the mean moving-average precision of (seed, ema, raw) points,
+  in percent."""
+  return 100 * sum(ema for _, ema, _ in points) / len(points)
+
+
 def plot(runs, out):
   """Draws precision against towers (left) and the predicted examples/sec
   (right) into out."""
@@ -169,15 +175,13 @@ def plot(runs, out):
       continue
     label = {'none': 'rate 0.1 unscaled',
              'linear': 'linear rule, 2-epoch warm-up'}[scaling]
-    means = {n: 100 * sum(e for _, e, _ in points) / len(points)
-             for n, points in runs[scaling].items()}
+    means = {n: _mean_percent(points) for n, points in runs[scaling].items()}
     for n, points in runs[scaling].items():
       left.scatter([n] * len(points), [100 * ema for _, ema, _ in points],
                    color=color, s=18)
     if 1 not in means and 1 in runs.get('none', {}):
       # On one tower the linear rule multiplies the rate by 1: the same run.
-      means[1] = 100 * sum(e for _, e, _ in runs['none'][1]) / len(
-          runs['none'][1])
+      means[1] = _mean_percent(runs['none'][1])
     left.plot(sorted(means), [means[n] for n in sorted(means)], color=color,
               label=label + ' (measured)')
   left.set_xscale('log', base=2)

@@ -1,0 +1,230 @@
+"""Trains until the evaluator says a target precision is reached: time to 80%.
+
+Runs a trainer (cifar10_multi_gpu_train.py with N towers, or
+cifar10_train.py) with a checkpoint every epoch, cifar10_eval.py beside it
+at low priority evaluating each new checkpoint, and stops both when a
+checkpoint evaluates at --target or more, when --max_epochs are done, or
+when the run is still below --give_up_below at --give_up_epochs. Every
+evaluation goes to OUT/curve.csv as it comes; the last line printed says
+how the run ended. Run it again on the same --out_dir to resume.
+
+    python docs/time_to_target.py --towers=4 --seed=1 --data_dir=D \\
+        --out_dir=~/long/t4_none_s1 [--learning_rate_scaling=linear \\
+        --warmup_epochs=2] [--trainer=cifar10_train.py]
+
+Its CSV, one line per evaluated checkpoint: towers, rate (none, linear or
+the --initial_learning_rate given), warmup_epochs, seed, step, examples,
+epochs, precision, and wall_s: seconds from this command's start to the
+checkpoint's write (blank after a resume, which breaks the clock).
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import argparse
+import csv
+import glob
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+EXAMPLES_PER_EPOCH = 50000
+BATCH_SIZE = 128
+POLL_SECS = 5
+# The evaluator's priority: low, but high enough to evaluate every epoch's
+# checkpoint before the next (at 19 it starves beside the trainer).
+NICE = 5
+FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
+          'epochs', 'precision', 'wall_s']
+
+
+def parse_args(argv):
+  """Returns the command line's options."""
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  p.add_argument('--towers', type=int, default=1)
+  p.add_argument('--trainer', default='cifar10_multi_gpu_train.py',
+                 choices=['cifar10_multi_gpu_train.py', 'cifar10_train.py'])
+  p.add_argument('--seed', type=int, default=1)
+  p.add_argument('--learning_rate_scaling', default='none',
+                 choices=['none', 'linear'])
+  p.add_argument('--warmup_epochs', type=float, default=0.0)
+  p.add_argument('--initial_learning_rate', type=float, default=None)
+  p.add_argument('--target', type=float, default=0.80)
+  p.add_argument('--max_epochs', type=float, default=100)
+  p.add_argument('--give_up_below', type=float, default=0.70)
+  p.add_argument('--give_up_epochs', type=float, default=50)
+  p.add_argument('--data_dir', required=True)
+  p.add_argument('--out_dir', required=True)
+  p.add_argument('--extra', default='',
+                 help='more trainer flags, e.g. "--use_bf16"')
+  args = p.parse_args(argv)
+  if args.trainer == 'cifar10_train.py' and args.towers != 1:
+    p.error('cifar10_train.py trains one tower: leave --towers out.')
+  return args
+
+
+def commands(args):
+  """Returns (trainer's command, evaluator's command), as argument lists."""
+  examples_per_step = BATCH_SIZE * args.towers
+  steps_per_epoch = EXAMPLES_PER_EPOCH / examples_per_step
+  train_dir = os.path.join(args.out_dir, 'train')
+  trainer = [sys.executable, os.path.join(ROOT, args.trainer),
+             '--data_dir=' + args.data_dir, '--train_dir=' + train_dir,
+             '--batch_size=%d' % BATCH_SIZE, '--seed=%d' % args.seed,
+             '--max_steps=%d' % math.ceil(args.max_epochs * steps_per_epoch),
+             '--save_checkpoint_steps=%d' % math.ceil(steps_per_epoch),
+             '--log_frequency=100',
+             '--learning_rate_scaling=' + args.learning_rate_scaling,
+             '--warmup_epochs=%g' % args.warmup_epochs]
+  if args.trainer == 'cifar10_multi_gpu_train.py':
+    trainer += ['--num_gpus=%d' % args.towers, '--virtual_gpus']
+  if args.initial_learning_rate is not None:
+    trainer.append('--initial_learning_rate=%g' % args.initial_learning_rate)
+  trainer += args.extra.split()
+  evaluator = ['nice', '-n', str(NICE), sys.executable,
+               os.path.join(ROOT, 'cifar10_eval.py'),
+               '--data_dir=' + args.data_dir, '--checkpoint_dir=' + train_dir,
+               '--eval_dir=' + os.path.join(args.out_dir, 'eval'),
+               '--eval_interval_secs=%d' % POLL_SECS]
+  return trainer, evaluator
+
+
+def evaluations(eval_dir):
+  """Returns {global step: precision @ 1} from the evaluator's event files."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  found = {}
+  for path in glob.glob(os.path.join(eval_dir, 'events.out.tfevents.*')):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+          if value.tag == 'Precision @ 1':
+            found[event.step] = value.simple_value
+    except tf.errors.DataLossError:
+      pass  # The evaluator is writing the last record; read it next time.
+  return found
+
+
+def checkpoint_times(train_dir, seen):
+  """Adds {step: the time its checkpoint was written} to seen; returns it."""
+  for path in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')):
+    step = int(re.search(r'ckpt-(\d+)\.index$', path).group(1))
+    if step not in seen:
+      seen[step] = os.path.getmtime(path)
+  return seen
+
+
+def outcome(args, curve):
+  """Returns the line that ends the run, or None while it goes on."""
+  if not curve:
+    return None
+  best = max(curve, key=lambda r: float(r['precision']))
+  last = curve[-1]
+  for row in curve:
+    if float(row['precision']) >= args.target:
+      return ('reached %.1f%% at step %s: %s examples, %s epochs%s' % (
+          100 * float(row['precision']), row['step'], row['examples'],
+          row['epochs'], ', %.1f min' % (float(row['wall_s']) / 60)
+          if row['wall_s'] else ''))
+  if float(last['epochs']) >= args.max_epochs - 1e-6:
+    return ('not reached in %g epochs (best %.1f%% at %s epochs)' % (
+        args.max_epochs, 100 * float(best['precision']), best['epochs']))
+  if (float(last['epochs']) >= args.give_up_epochs and
+      float(best['precision']) < args.give_up_below):
+    return ('given up: below %.0f%% at %s epochs (best %.1f%%)' % (
+        100 * args.give_up_below, last['epochs'],
+        100 * float(best['precision'])))
+  return None
+
+
+def read_curve(path):
+  """Returns the rows already in the CSV at path, or []."""
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def append_rows(path, rows):
+  """Appends rows to the CSV at path, with a header if it is new."""
+  new = not os.path.exists(path)
+  with open(path, 'a') as f:
+    writer = csv.DictWriter(f, FIELDS)
+    if new:
+      writer.writeheader()
+    writer.writerows(rows)
+
+
+def new_rows(args, found, written, times, start, resumed):
+  """Returns CSV rows for the evaluations not yet in the CSV, in step order."""
+  rate = ('%g' % args.initial_learning_rate if args.initial_learning_rate
+          is not None else args.learning_rate_scaling)
+  rows = []
+  for step in sorted(s for s in found if s not in written):
+    examples = step * BATCH_SIZE * args.towers
+    wall = '' if resumed or step not in times else '%.0f' % (
+        times[step] - start)
+    rows.append(dict(towers=args.towers, rate=rate,
+                     warmup_epochs='%g' % args.warmup_epochs, seed=args.seed,
+                     step=step, examples=examples,
+                     epochs='%.2f' % (examples / EXAMPLES_PER_EPOCH),
+                     precision='%.4f' % found[step], wall_s=wall))
+  return rows
+
+
+def stop(process):
+  """Stops a child as Ctrl-C would (the trainer saves), and waits for it."""
+  if process.poll() is None:
+    process.send_signal(signal.SIGINT)
+    try:
+      process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+
+
+def run(args):
+  """Trains and evaluates until the run ends; returns its last line."""
+  os.makedirs(args.out_dir, exist_ok=True)
+  csv_path = os.path.join(args.out_dir, 'curve.csv')
+  curve = read_curve(csv_path)
+  done = outcome(args, curve)
+  if done:
+    return done
+  resumed = os.path.isdir(os.path.join(args.out_dir, 'train'))
+  trainer_cmd, evaluator_cmd = commands(args)
+  start = time.time()
+  log = open(os.path.join(args.out_dir, 'log'), 'a')
+  print(' '.join(trainer_cmd), file=log, flush=True)
+  trainer = subprocess.Popen(trainer_cmd, stdout=log, stderr=log)
+  evaluator = subprocess.Popen(evaluator_cmd, stdout=log, stderr=log)
+  times = {}
+  trainer_done_at = None
+  while True:
+    time.sleep(POLL_SECS)
+    checkpoint_times(os.path.join(args.out_dir, 'train'), times)
+    found = evaluations(os.path.join(args.out_dir, 'eval'))
+    rows = new_rows(args, found, {int(r['step']) for r in curve}, times,
+                    start, resumed)
+    append_rows(csv_path, rows)
+    curve += rows
+    done = outcome(args, curve)
+    if trainer.poll() is not None and trainer_done_at is None:
+      trainer_done_at = time.time()
+    if done or (trainer_done_at and time.time() - trainer_done_at > 120):
+      break
+  stop(trainer)
+  stop(evaluator)
+  log.close()
+  return done or 'trainer ended (exit %s) before the run did' % (
+      trainer.returncode)
+
+
+if __name__ == '__main__':
+  print(run(parse_args(sys.argv[1:])))

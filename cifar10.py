@@ -16,9 +16,9 @@ Summary of available functions:
  train_op = train(loss, global_step)
 
 The data comes from cifar10_input.py, the options for speed (mixed
-precision, the layout, XLA) from machinery/options.py. Importing this
-module parses no command line: until a script parses its flags, every
-flag reads as its default.
+precision, the layout, XLA) from machinery/options.py. The functions
+read the model's flags, defined here and there, as the tutorial's did;
+the scripts parse them.
 """
 
 from __future__ import absolute_import
@@ -76,11 +76,6 @@ flags.DEFINE_string('data_md5', '',
                     'md5 the archive must have; empty: the official md5 for '
                     'the official URL, no check for other URLs.')
 flags.adopt_module_key_flags(options)
-
-
-def flag(name):
-  """Returns a flag's value: its default until the command line is parsed."""
-  return FLAGS[name].value
 
 
 def _activation_summary(x):
@@ -152,7 +147,7 @@ def distorted_batches(num_batches):
     [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], labels [batch_size].
   """
   batches = cifar10_input.distorted_batches(
-      data_dir=flag('data_dir'), batch_size=flag('batch_size'),
+      data_dir=FLAGS.data_dir, batch_size=FLAGS.batch_size,
       num_batches=num_batches)
   dtype = options.compute_dtype()
   return [(tf.cast(images, dtype), labels) for images, labels in batches]
@@ -179,8 +174,8 @@ def inputs(eval_data):
     labels: [batch_size].
   """
   images, labels = cifar10_input.inputs(
-      eval_data=eval_data, data_dir=flag('data_dir'),
-      batch_size=flag('batch_size'))
+      eval_data=eval_data, data_dir=FLAGS.data_dir,
+      batch_size=FLAGS.batch_size)
   return tf.cast(images, options.compute_dtype()), labels
 
 
@@ -303,8 +298,11 @@ def loss(logits, labels):
   tf1.add_to_collection('losses', cross_entropy_mean)
 
   # The total loss is defined as the cross entropy loss plus all of the weight
-  # decay terms (L2 loss).
-  return tf.add_n(tf1.get_collection('losses'), name='total_loss')
+  # decay terms (L2 loss): those of this model, made in the current name
+  # scope (in the multi-GPU trainer, a tower's own, not the other towers').
+  scope = tf1.get_default_graph().get_name_scope()
+  return tf.add_n(tf1.get_collection('losses', scope + '/' if scope else None),
+                  name='total_loss')
 
 
 def _add_loss_summaries(total_loss):
@@ -316,15 +314,17 @@ def _add_loss_summaries(total_loss):
   Returns:
     The op that updates the moving averages of the losses.
   """
-  # Compute the moving average of all individual losses and the total loss.
-  loss_averages = tf1.train.ExponentialMovingAverage(0.9, name='avg')
-  losses = tf1.get_collection('losses')
-  loss_averages_op = loss_averages.apply(losses + [total_loss])
+  with tf1.name_scope('loss_averages'):
+    # Compute the moving average of all individual losses and the total
+    # loss.
+    loss_averages = tf1.train.ExponentialMovingAverage(0.9, name='avg')
+    losses = tf1.get_collection('losses')
+    loss_averages_op = loss_averages.apply(losses + [total_loss])
 
-  # The raw value as '<name> (raw)', the moving average as the plain name.
-  for l in losses + [total_loss]:
-    summaries.scalar_summary(l.op.name + ' (raw)', l)
-    summaries.scalar_summary(l.op.name, loss_averages.average(l))
+    # The raw value as '<name> (raw)', the moving average as the plain name.
+    for l in losses + [total_loss]:
+      summaries.scalar_summary(l.op.name + ' (raw)', l)
+      summaries.scalar_summary(l.op.name, loss_averages.average(l))
 
   return loss_averages_op
 
@@ -348,20 +348,22 @@ def learning_rate(global_step, examples_per_step):
   Returns:
     The learning rate tensor, with a 'learning_rate' summary.
   """
-  step = tf.identity(global_step)  # One read of it, for every use below.
   num_batches_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
   decay_steps = int(num_batches_per_epoch * NUM_EPOCHS_PER_DECAY)
-  initial = flag('initial_learning_rate')
+  initial = FLAGS.initial_learning_rate
   scaled = initial * (examples_per_step / TUTORIAL_BATCH_SIZE
-                      if flag('learning_rate_scaling') == 'linear' else 1)
-  lr = tf1.train.exponential_decay(scaled, step, decay_steps,
-                                   LEARNING_RATE_DECAY_FACTOR, staircase=True)
-  warmup_steps = int(flag('warmup_epochs') * num_batches_per_epoch)
-  if warmup_steps:
-    climbed = tf.cast(step, tf.float32) / warmup_steps
-    lr = tf.where(step < warmup_steps,
-                  initial + (scaled - initial) * climbed, lr)
-  summaries.scalar_summary('learning_rate', lr)
+                      if FLAGS.learning_rate_scaling == 'linear' else 1)
+  warmup_steps = int(FLAGS.warmup_epochs * num_batches_per_epoch)
+  with tf1.name_scope('learning_rate'):
+    step = tf.identity(global_step)  # One read of it, for every use below.
+    lr = tf1.train.exponential_decay(scaled, step, decay_steps,
+                                     LEARNING_RATE_DECAY_FACTOR,
+                                     staircase=True)
+    if warmup_steps:
+      climbed = tf.cast(step, tf.float32) / warmup_steps
+      lr = tf.where(step < warmup_steps,
+                    initial + (scaled - initial) * climbed, lr)
+    summaries.scalar_summary('learning_rate', lr)
   return lr
 
 
@@ -410,7 +412,8 @@ def apply_gradients(opt, grads, global_step):
 
   # Track the moving averages of all trainable variables, from the values
   # the gradient step has just written.
-  with tf.control_dependencies([apply_gradient_op]):
+  with tf.control_dependencies([apply_gradient_op]), tf1.name_scope(
+      'moving_averages'):
     variables_averages_op = variable_averages(global_step).apply(
         tf1.trainable_variables())
   return variables_averages_op
@@ -426,7 +429,7 @@ def train(total_loss, global_step):
   Returns:
     train_op: op for training.
   """
-  lr = learning_rate(global_step, flag('batch_size'))
+  lr = learning_rate(global_step, FLAGS.batch_size)
 
   # Generate moving averages of all losses and associated summaries.
   loss_averages_op = _add_loss_summaries(total_loss)
@@ -444,4 +447,4 @@ def maybe_download_and_extract():
   """Downloads and extracts the data into --data_dir, or raises
   errors.DataError (machinery/download.py)."""
   download.maybe_download_and_extract(
-      flag('data_dir'), flag('data_url'), flag('data_md5'))
+      FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5)

@@ -139,7 +139,7 @@ def _record(summary_writer, summary, precision, checkpoint_path, step):
     summary_writer.flush()
   except writes.WRITE_ERRORS as e:
     error = writes.write_error(
-        e, 'eval_dir', then='The precision of %s is printed above but not '
+        e, 'eval_dir', FLAGS.eval_dir, then='The precision of %s is printed above but not '
         'recorded; the next evaluation records it.' % checkpoint_path)
     if not error:
       raise

@@ -23,6 +23,7 @@ import os
 
 from machinery import download
 from machinery import errors
+from machinery import summaries
 import numpy as np
 import tensorflow as tf
 
@@ -130,7 +131,11 @@ def decode_record(record):
   # The image is stored depth-major: [depth, height, width].
   depth_major = tf.reshape(record_bytes[LABEL_BYTES:RECORD_BYTES],
                            [DEPTH, HEIGHT, WIDTH])
-  image = tf.transpose(tf.cast(depth_major, tf.float32), [1, 2, 0])
+  # To [height, width, depth]: the three planes stacked on a last axis. (A
+  # transpose would do the same, but TensorFlow moves it before the cast,
+  # onto the bytes, and oneDNN then logs an error line on CPUs without
+  # AVX-512 uint8 support.)
+  image = tf.cast(tf.stack(tf.unstack(depth_major), axis=-1), tf.float32)
   return label, image
 
 
@@ -257,7 +262,7 @@ def distorted_batches(data_dir, batch_size, num_batches):
     A list of num_batches (images, labels) pairs: float32
     [batch_size, 24, 24, 3] images and int32 [batch_size] labels.
   """
-  with tf.device('/cpu:0'):
+  with tf.device('/cpu:0'), tf.compat.v1.name_scope('input'):
     dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches)
     iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
     batches = []
@@ -265,8 +270,8 @@ def distorted_batches(data_dir, batch_size, num_batches):
       # In tower order: batch i goes to tower i, every run (--seed).
       with tf.control_dependencies(batches[-1] if batches else []):
         batches.append(iterator.get_next())
-  # Display the training images in the visualizer.
-  tf.compat.v1.summary.image('images', batches[-1][0])
+    # Display the training images in the visualizer.
+    summaries.image_summary('images', batches[-1][0])
   return batches
 
 
@@ -297,11 +302,11 @@ def inputs(eval_data, data_dir, batch_size):
     images: float32 [batch_size, 24, 24, 3] tensor.
     labels: int32 [batch_size] tensor.
   """
-  with tf.device('/cpu:0'):
+  with tf.device('/cpu:0'), tf.compat.v1.name_scope('input'):
     dataset = _dataset(data_files(data_dir, eval_data),
                        lambda image, _: eval_image(image),
                        batch_size, shuffle_buffer=0, prefetch_batches=2)
     images, labels = tf.compat.v1.data.make_one_shot_iterator(
         dataset).get_next()
-  tf.compat.v1.summary.image('images', images)
+    summaries.image_summary('images', images)
   return images, labels

@@ -117,7 +117,7 @@ def train():
     train_op, loss = build_train_op(devices)
     with session.training_session(
         hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-               step_hooks.NanLossHook(loss),
+               step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
                step_hooks.LoggerHook(loss, FLAGS.log_frequency,
                                 examples_per_step=FLAGS.batch_size)],
         config=config) as mon_sess:

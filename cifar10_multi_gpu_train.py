@@ -79,11 +79,10 @@ def tower_loss(scope, images, labels):
   # The whole model, on this tower's images.
   logits = cifar10.inference(images)
 
-  # Its loss terms go into the 'losses' collection; the total that
-  # cifar10.loss returns sums every tower's terms, so add this tower's here.
-  _ = cifar10.loss(logits, labels)
+  # Its loss: cross entropy plus weight decay, the terms this tower made
+  # (in its name scope).
+  total_loss = cifar10.loss(logits, labels)
   losses = tf1.get_collection('losses', scope)
-  total_loss = tf.add_n(losses, name='total_loss')
 
   # Summaries of each loss term and of the total, tagged without the
   # 'tower_i/' prefix: TensorBoard shows 'cross_entropy', not
@@ -105,10 +104,9 @@ def tower_gradients(opt, batches, devices):
     devices: list of device names, one per tower.
 
   Returns:
-    (one list of (gradient, variable) pairs per tower, the last tower's
-    loss, the last tower's name scope).
+    (one list of (gradient, variable) pairs per tower, each tower's loss).
   """
-  tower_grads = []
+  tower_grads, tower_losses = [], []
   with tf1.variable_scope(tf1.get_variable_scope()):
     for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
       with tf.device(device):
@@ -123,7 +121,8 @@ def tower_gradients(opt, batches, devices):
 
           # This tower's gradients with respect to the shared variables.
           tower_grads.append(opt.compute_gradients(loss))
-  return tower_grads, loss, scope
+          tower_losses.append(loss)
+  return tower_grads, tower_losses
 
 
 def average_gradients(tower_grads):
@@ -163,8 +162,8 @@ def build_train_op(batches, devices):
     devices: list of device names, one per tower.
 
   Returns:
-    (train_op, the last tower's loss, a tf.compat.v1.train.Scaffold with
-    the last tower's summaries).
+    (train_op, the loss the step line reports, a tf.compat.v1.train.Scaffold
+    with the summaries TensorBoard shows).
   """
   global_step = tf1.train.get_or_create_global_step()
 
@@ -176,7 +175,7 @@ def build_train_op(batches, devices):
   opt = cifar10.optimizer(lr)
 
   # One tower per device, each computing the gradients of its own batch.
-  tower_grads, loss, scope = tower_gradients(opt, batches, devices)
+  tower_grads, tower_losses = tower_gradients(opt, batches, devices)
 
   # The mean of each gradient over the towers: the synchronization point.
   grads = average_gradients(tower_grads)
@@ -185,30 +184,38 @@ def build_train_op(batches, devices):
   # (the weights cifar10_eval.py evaluates).
   train_op = cifar10.apply_gradients(opt, grads, global_step)
 
-  # TensorBoard shows the last tower's summaries and the shared ones.
-  return train_op, loss, tf1.train.Scaffold(
-      summary_op=summaries.tower_summary_op(scope, cifar10.TOWER_NAME))
+  # As the tutorial's, the step line reports the last tower's loss and
+  # TensorBoard shows the last tower's summaries, beside the shared ones.
+  last = len(devices) - 1
+  return train_op, tower_losses[last], tf1.train.Scaffold(
+      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last))
 
 
-def build_graph(num_towers, virtual=None):
-  """Builds the trainer's graph, input pipeline included, per the flags.
+def build_graph(num_towers, virtual, variable_update):
+  """Builds the trainer's graph, input pipeline included.
 
   Args:
     num_towers: number of towers.
-    virtual: whether to split a device where there are too few
-      (hardware.tower_devices); None: --virtual_gpus.
+    virtual: --virtual_gpus: split a device where there are too few
+      (hardware.tower_devices).
+    variable_update: how the towers share the variables: PARAMETER_SERVER
+      (once, on /cpu:0) or REPLICATED (a copy on each tower), of
+      cifar10_replicated.
 
   Returns:
     (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
   """
-  if FLAGS.variable_update == cifar10_replicated.REPLICATED:
-    return cifar10_replicated.build_graph(num_towers, tower_loss)
-  devices, config = hardware.tower_devices(
-      num_towers, FLAGS.virtual_gpus if virtual is None else virtual)
+  replicated = variable_update == cifar10_replicated.REPLICATED
+  # Replicated variables need a device of their own for each tower's copy.
+  devices, config = hardware.tower_devices(num_towers, virtual or replicated)
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
     batches = cifar10.distorted_batches(num_towers)
-    train_op, loss, scaffold = build_train_op(batches, devices)
+    if replicated:
+      train_op, loss, scaffold = cifar10_replicated.build_train_op(
+          batches, devices, tower_loss)
+    else:
+      train_op, loss, scaffold = build_train_op(batches, devices)
   return train_op, loss, scaffold, config
 
 
@@ -216,13 +223,14 @@ def train():
   """Builds the towers and trains them until --max_steps."""
   with tf.Graph().as_default():
     session.seed_graph()  # With --seed, the same run every time.
-    train_op, loss, scaffold, config = build_graph(FLAGS.num_gpus)
+    train_op, loss, scaffold, config = build_graph(
+        FLAGS.num_gpus, FLAGS.virtual_gpus, FLAGS.variable_update)
 
     # As the single-tower trainer's session, the step line counting the
     # examples of every tower, and sec/batch a tower's share of the step.
     with session.training_session(
         hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-               step_hooks.NanLossHook(loss),
+               step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
                step_hooks.LoggerHook(
                    loss, FLAGS.log_frequency,
                    examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,

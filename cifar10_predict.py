@@ -220,8 +220,8 @@ class Classifier(object):
       os.rename(os.path.join(staging, 'model'), export_dir)
     except writes.WRITE_ERRORS as e:
       error = writes.write_error(
-          e, 'export_dir', then='Nothing was left there.', directory=staging,
-          what='the SavedModel to ' + export_dir)
+          e, 'export_dir', export_dir, then='Nothing was left there.',
+          written_in=staging, what='the SavedModel to ' + export_dir)
       if not error:
         raise
       raise error

@@ -94,7 +94,7 @@ def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0,
   """
   reduced = []
   for device, grads_and_vars in zip(devices, tower_grads):
-    with tf.device(device), tf1.name_scope('all_reduce'):
+    with tf.device(device), tf1.name_scope('all_reduce/'):
       grads = [g for g, _ in grads_and_vars]
       packed = tf.concat([tf.reshape(g, [-1]) for g in grads], axis=0)
       mean = tf.raw_ops.CollectiveReduceV2(
@@ -112,9 +112,9 @@ def _towers(opt, batches, devices, tower_loss):
   """Builds one tower per device, each on its own copy of the variables.
 
   Returns:
-    (tower_grads, the last tower's loss, the last tower's name scope).
+    (one list of (gradient, variable) pairs per tower, each tower's loss).
   """
-  tower_grads = []
+  tower_grads, tower_losses = [], []
   with tf1.variable_scope(tf1.get_variable_scope()) as root:
     for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
       with tf.device(device):
@@ -129,21 +129,23 @@ def _towers(opt, batches, devices, tower_loss):
           var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
                       if i else tf1.trainable_variables())
           tower_grads.append(opt.compute_gradients(loss, var_list=var_list))
-  return tower_grads, loss, scope
+          tower_losses.append(loss)
+  return tower_grads, tower_losses
 
 
 def _copy_to_replicas(tower_grads, broadcast):
   """Makes the local init op: after the model's variables are initialized or
   restored (and broadcast from the chief, across workers), every tower's
   copy takes tower 0's values."""
-  local_init_op = tf1.train.Scaffold.default_local_init_op()
-  if broadcast:
+  with tf1.name_scope('copy_to_replicas'):
+    local_init_op = tf1.train.Scaffold.default_local_init_op()
+    if broadcast:
+      with tf.control_dependencies([local_init_op]):
+        local_init_op = broadcast(tf1.global_variables())
     with tf.control_dependencies([local_init_op]):
-      local_init_op = broadcast(tf1.global_variables())
-  with tf.control_dependencies([local_init_op]):
-    return tf.group(*[
-        replica.assign(var) for replica_grads in tower_grads[1:]
-        for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
+      return tf.group(*[
+          replica.assign(var) for replica_grads in tower_grads[1:]
+          for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
 
 
 def build_train_op(batches, devices, tower_loss, num_workers=1,
@@ -169,15 +171,16 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
     gpus_shared: other workers' towers run on these GPUs too.
 
   Returns:
-    (train_op, the last tower's loss, the tf.compat.v1.train.Scaffold with
-    the last tower's summaries and the op that fills the copies).
+    (train_op, the last tower's loss (for the step line), the
+    tf.compat.v1.train.Scaffold with the last tower's summaries and the op
+    that fills the copies).
   """
   global_step = tf1.train.get_or_create_global_step()
   examples_per_step = num_workers * sum(
       int(images.shape[0]) for images, _ in batches)
   opt = cifar10.optimizer(cifar10.learning_rate(global_step,
                                                 examples_per_step))
-  tower_grads, loss, scope = _towers(opt, batches, devices, tower_loss)
+  tower_grads, tower_losses = _towers(opt, batches, devices, tower_loss)
 
   # Each tower gets the mean gradient and applies it to its own copy, all
   # in one update (one loss-scale check, one global step).
@@ -187,26 +190,9 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
                               num_workers * len(devices), timeout_secs,
                               communication), [])
   train_op = cifar10.apply_gradients(opt, grads, global_step)
-  return train_op, loss, tf1.train.Scaffold(
-      summary_op=summaries.tower_summary_op(scope, cifar10.TOWER_NAME),
+  # The step line reports the last tower's loss, TensorBoard shows its
+  # summaries, as with shared variables.
+  return train_op, tower_losses[-1], tf1.train.Scaffold(
+      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME,
+                                            len(devices) - 1),
       local_init_op=_copy_to_replicas(tower_grads, broadcast))
-
-
-def build_graph(num_towers, tower_loss):
-  """Builds the multi-GPU trainer's graph with replicated variables.
-
-  The copies need a device each: where there are too few, one is split
-  into virtual devices, as --virtual_gpus does, given or not.
-
-  Args:
-    num_towers: number of towers.
-    tower_loss: cifar10_multi_gpu_train.tower_loss.
-
-  Returns:
-    (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
-  """
-  devices, config = hardware.tower_devices(num_towers, virtual=True)
-  with tf.device('/cpu:0'):
-    # One input pipeline for all towers; each tower takes its own batch.
-    batches = cifar10.distorted_batches(num_towers)
-    return build_train_op(batches, devices, tower_loss) + (config,)

@@ -75,7 +75,7 @@ def train():
     # a NaN loss, print the step line.
     with session.training_session(
         hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-               step_hooks.NanLossHook(loss),
+               step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
                step_hooks.LoggerHook(loss, FLAGS.log_frequency,
                                 examples_per_step=FLAGS.batch_size)],
         config=hardware.session_config()) as mon_sess:

@@ -29,9 +29,9 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINER = os.path.join(REPO, 'cifar10_distributed_train.py')
-sys.path.insert(0, os.path.join(REPO, 'tests'))
+sys.path.insert(0, REPO)
 
-from ports import free_local_ports  # pylint: disable=g-import-not-at-top,wrong-import-position
+from machinery.cluster import free_local_ports  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MODES = ('parameter_server', 'all-reduce')
 

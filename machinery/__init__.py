@@ -18,7 +18,11 @@ you run; this package holds what they stand on:
   options         the options for speed: precision, layout, XLA
   lrn             the tutorial's LRN, made fast on CPUs
   cluster         a distributed task's cluster, from flags or TF_CONFIG
+  ps_task         what a parameter-server task does: serve until done
   worker_session  a distributed worker's part in the session
+  probes          what benchmark.py measures against: matmul peaks, oneDNN
+  profiler        where a step's time goes, by layer and op
+  row_process     benchmark rows in a child process of other settings
 
 Importing the package sets up TensorFlow's environment before TensorFlow
 starts (environment.py), so a script imports it before TensorFlow.

@@ -21,8 +21,8 @@ import os
 import sys
 
 from absl import app
-from machinery import hardware
 from machinery import errors
+from machinery import options
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -64,11 +64,11 @@ def check_path_flags():
       directory can be made at.
   """
   for name in PATH_FLAGS:
-    if name in FLAGS and FLAGS[name].value is not None:
-      problem = _path_problem(FLAGS[name].value)
+    if name in FLAGS and getattr(FLAGS, name) is not None:
+      problem = _path_problem(getattr(FLAGS, name))
       if problem:
         raise errors.UsageError('--%s=%s: %s. Give a directory there.'
-                                % (name, FLAGS[name].value, problem))
+                                % (name, getattr(FLAGS, name), problem))
 
 
 def _parse_flags(argv):
@@ -89,11 +89,9 @@ def _parse_flags(argv):
 
 
 def _precision_notice():
-  """Prints, in a script of the model, that the precision its flags chose
-  will be slow on this machine (hardware.precision_notice), if it will."""
-  if 'use_fp16' not in FLAGS:
-    return
-  notice = hardware.precision_notice(FLAGS.use_fp16, FLAGS.use_bf16)
+  """Prints that the precision the flags chose will be slow on this machine
+  (options.precision_notice), if it will."""
+  notice = options.precision_notice()
   if notice:
     print(notice)
 
@@ -101,8 +99,8 @@ def _precision_notice():
 def run_main(main, takes_arguments=False):
   """Parses flags and runs main(argv); an Error prints one line, exit 1.
 
-  Every directory flag is checked first (check_path_flags), and a script
-  of the model says when --use_fp16 or --use_bf16 will be slow here.
+  Every directory flag is checked first (check_path_flags), and the script
+  says when --use_fp16 or --use_bf16 will be slow here.
 
   Args:
     main: the script's main function, taking argv; what it returns is the
@@ -118,6 +116,11 @@ def run_main(main, takes_arguments=False):
       tf1.logging.set_verbosity(tf1.logging.WARN)
     check_path_flags()
     _precision_notice()
+    # TF1's control flow: a tf.cond in the graph is Switch and Merge ops
+    # where it stands, not a function of its own in the graph's library
+    # (TensorBoard would draw dozens of them beside the model, and push
+    # the towers aside among them).
+    tf1.disable_control_flow_v2()
     return main(argv)
   try:
     app.run(checked_main, flags_parser=_parse_flags)

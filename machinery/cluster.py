@@ -36,7 +36,17 @@ from machinery import errors
 import tensorflow as tf
 
 tf1 = tf.compat.v1
-FLAGS = tf1.flags.FLAGS
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+flags.DEFINE_enum('job_name', None, ['ps', 'worker'],
+                  'This task\'s job: ps or worker (or TF_CONFIG\'s task).')
+flags.DEFINE_integer('task_index', 0, 'This task\'s index in its job.',
+                     lower_bound=0)
+flags.DEFINE_list('ps_hosts', [], 'Parameter servers, host:port,...; none: '
+                  'the workers all-reduce.')
+flags.DEFINE_list('worker_hosts', [], 'Workers, host:port,...; the first '
+                  'is the chief. Without host lists: TF_CONFIG\'s cluster.')
 
 # The environment variable cluster managers describe the cluster in.
 TF_CONFIG = 'TF_CONFIG'
@@ -86,6 +96,13 @@ class Task(collections.namedtuple(
     hosts = self.ps_hosts if job_name == 'ps' else self.worker_hosts
     return hosts[task_index]
 
+  def device(self, local_device):
+    """Names a device of this task: '/gpu:1' of worker 2 is
+    '/job:worker/task:2/device:GPU:1'."""
+    return tf.DeviceSpec.from_string(
+        '/job:%s/task:%d' % (self.job_name, self.task_index)).make_merged_spec(
+            tf.DeviceSpec.from_string(local_device)).to_string()
+
   def cluster_spec(self):
     """Makes the tf.compat.v1.train.ClusterSpec; a job without tasks is
     left out."""
@@ -129,6 +146,12 @@ def is_host_port(address):
   """Returns whether address reads as host:port."""
   host, _, port = address.rpartition(':')
   return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+for _hosts_flag in ('ps_hosts', 'worker_hosts'):
+  flags.register_validator(
+      _hosts_flag, lambda hosts: all(is_host_port(h) for h in hosts),
+      message='give each task as host:port, the port a number 1-65535')
 
 
 def parse_tf_config(text):
@@ -251,6 +274,23 @@ def local_gpus(task, num_gpus, num_visible):
   return ','.join(str(i) for i in range(first, first + num_gpus))
 
 
+def take_local_gpus(task, num_gpus, config):
+  """Gives a worker that shares its machine with other workers GPUs of its
+  own (local_gpus), in config, and says which; else changes nothing.
+
+  Args:
+    task: the worker's Task.
+    num_gpus: --num_gpus, towers per worker.
+    config: the worker's ConfigProto, changed in place.
+  """
+  gpus = local_gpus(task, num_gpus,
+                    len(tf.config.list_physical_devices('GPU')))
+  if gpus:
+    config.gpu_options.visible_device_list = gpus
+    print('Worker %d: GPUs %s of this machine, which it shares with other '
+          'workers.' % (task.task_index, gpus))
+
+
 def gpus_shared(task, num_gpus, num_visible):
   """Tells whether this worker shares its GPUs with other workers of its machine
   (there are too few for local_gpus to give each its own).
@@ -358,3 +398,19 @@ def unanswered_peers(task):
     except OSError:
       gone.append('worker %d (%s)' % (i, address))
   return gone
+
+
+def free_local_ports(n):
+  """Finds n distinct free TCP ports on 127.0.0.1, for a cluster whose
+  tasks all run on this machine (the tests, docs/cluster_speed.py).
+
+  Returns:
+    A list of n port numbers.
+  """
+  sockets = [socket.socket() for _ in range(n)]
+  for s in sockets:
+    s.bind(('127.0.0.1', 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports

@@ -23,7 +23,6 @@ import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
-FLAGS = flags.FLAGS
 
 flags.DEFINE_boolean('virtual_gpus', False,
                      'With fewer GPUs than the trainer needs devices (a tower '
@@ -46,8 +45,7 @@ def session_config(num_gpus=1):
   tower (train, eval, predict) opens one GPU, not every GPU of the machine
   (CUDA_VISIBLE_DEVICES chooses which are first); GPU memory taken as it
   is needed rather than all of it up front, so that a trainer, the
-  evaluator and cifar10_predict.py share a GPU; device placement logged
-  with --log_device_placement (trainers).
+  evaluator and cifar10_predict.py share a GPU.
 
   Args:
     num_gpus: how many GPUs the sessions use.
@@ -55,10 +53,7 @@ def session_config(num_gpus=1):
   Returns:
     A tf.compat.v1.ConfigProto.
   """
-  config = tf1.ConfigProto(
-      allow_soft_placement=True,
-      log_device_placement=('log_device_placement' in FLAGS and
-                            FLAGS.log_device_placement))
+  config = tf1.ConfigProto(allow_soft_placement=True)
   config.gpu_options.allow_growth = True
   num_visible = len(tf.config.list_physical_devices('GPU'))
   if num_visible > num_gpus:

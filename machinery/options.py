@@ -9,8 +9,6 @@ cifar10.py builds the model with them in one line each:
   def inference(images): ...
   conv = tf.nn.conv2d(..., data_format=data_format())
   scale = loss_scale()                        # --use_fp16's loss scaling
-
-Until a script parses its flags, every flag reads as its default.
 """
 
 from __future__ import absolute_import
@@ -65,11 +63,17 @@ def _is_positive_number(text):
     return False
 
 
+def precision_notice():
+  """Returns the line that says --use_fp16 or --use_bf16 will be slow on
+  this machine (hardware.precision_notice), or None."""
+  return hardware.precision_notice(FLAGS.use_fp16, FLAGS.use_bf16)
+
+
 def compute_dtype():
   """Returns the dtype the model computes in, per --use_fp16/--use_bf16."""
-  if FLAGS['use_fp16'].value:
+  if FLAGS.use_fp16:
     return tf.float16
-  if FLAGS['use_bf16'].value:
+  if FLAGS.use_bf16:
     return tf.bfloat16
   return tf.float32
 
@@ -84,7 +88,7 @@ def data_format():
   built for the device of the current device scope (a tower's), or, with
   none, for a GPU where one is visible (TensorFlow places it there).
   """
-  fmt = FLAGS['data_format'].value
+  fmt = FLAGS.data_format
   if fmt != 'auto':
     return fmt
   if compute_dtype() != tf.float32:
@@ -121,7 +125,7 @@ def compiled(build):
   """
   @functools.wraps(build)
   def build_compiled(*args, **kwargs):
-    if not FLAGS['xla'].value:
+    if not FLAGS.xla:
       return build(*args, **kwargs)
     with tf1.xla.experimental.jit_scope():
       return build(*args, **kwargs)
@@ -136,8 +140,8 @@ def loss_scale():
   it after. A dynamic scale halves on an overflow (and that step is
   skipped) and doubles after 2000 good steps.
   """
-  if not FLAGS['use_fp16'].value:
+  if not FLAGS.use_fp16:
     return None
-  if FLAGS['loss_scale'].value == 'dynamic':
+  if FLAGS.loss_scale == 'dynamic':
     return tf1.mixed_precision.DynamicLossScale()
-  return tf1.mixed_precision.FixedLossScale(float(FLAGS['loss_scale'].value))
+  return tf1.mixed_precision.FixedLossScale(float(FLAGS.loss_scale))

@@ -1,11 +1,12 @@
-"""Runs benchmark rows in a child process that TensorFlow starts in another
-way, still timed in turns with the parent's rows.
+"""Runs benchmark rows in a child process of other settings, still timed
+in turns with the parent's rows.
 
 Some settings are read once, when TensorFlow starts (TF_ENABLE_ONEDNN_OPTS
-among them), so a row that runs under another one needs a process of its
-own. The parent starts the same script with --row_process and the same
-flags, in an environment of its own, and talks to it over its stdin and
-stdout, a line each way:
+among them), and a script reads its flags once, as it starts; so a row
+that runs under another setting or other flags (--use_bf16, another
+--batch_size) needs a process of its own. The parent starts the same
+script with --row_process, its own flags and the row's, in an environment
+of its own, and talks to it over its stdin and stdout, a line each way:
 
   parent: setup keras_fit       child: @@ 128 CPU:0   (examples a step,
                                                        devices)
@@ -19,7 +20,7 @@ would. Lines that do not start with '@@ ' are the child's own output and
 are passed over.
 
   child = RowProcess('benchmark.py', {'TF_ENABLE_ONEDNN_OPTS': '0'},
-                     FLAGS.flags_into_string())
+                     FLAGS.flags_into_string(), ['--use_bf16'])
   timer, examples_per_step, devices = child.setup('keras_fit')
   seconds = timer(50)
   child.close()
@@ -43,7 +44,7 @@ MARK = '@@ '
 class RowProcess(object):
   """A child process that sets up and times rows when told."""
 
-  def __init__(self, script, environ, flag_string):
+  def __init__(self, script, environ, flag_string, extra_flags=()):
     """Starts the child.
 
     Args:
@@ -51,6 +52,8 @@ class RowProcess(object):
       environ: environment variables to set for the child; None removes
         one.
       flag_string: the parent's flags, one a line (FLAGS.flags_into_string).
+      extra_flags: flags that the child takes beyond the parent's, and
+        over them.
     """
     with tempfile.NamedTemporaryFile('w', suffix='.flags',
                                      delete=False) as f:
@@ -63,8 +66,8 @@ class RowProcess(object):
       else:
         env[name] = value
     self._child = subprocess.Popen(
-        [sys.executable, script, '--flagfile=' + self._flagfile,
-         '--row_process'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [sys.executable, script, '--flagfile=' + self._flagfile] +
+        list(extra_flags) + ['--row_process'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         env=env, text=True, bufsize=1)
 
   def _ask(self, line):

@@ -7,7 +7,7 @@ in training_session, as the tutorial ran them in MonitoredTrainingSession:
   ...
   with training_session(
       hooks=[tf.compat.v1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-             step_hooks.NanLossHook(loss),
+             step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
              step_hooks.LoggerHook(loss, FLAGS.log_frequency, 128)],
       config=hardware.session_config()) as mon_sess:
     while not mon_sess.should_stop():
@@ -46,6 +46,9 @@ FLAGS = flags.FLAGS
 
 # Seconds the training session waits for its threads at the end.
 STOP_GRACE_PERIOD_SECS = 5
+
+# The name scope of the ops the session adds to the graph.
+SESSION_SCOPE = 'session'
 
 
 def define_trainer_flags(max_steps):
@@ -177,18 +180,24 @@ def training_session(hooks, config=None, scaffold=None, role=None,
   """
   role = role or LocalRole()
   scaffold = scaffold or tf1.train.Scaffold()
+  config = _with_device_placement(config)
   held = lock.hold(FLAGS.train_dir) if role.is_chief else None
   try:
     resumed_step = _prepare_resume() if role.is_chief else None
-    checkpoints.add_saver()
     _quiet_session_noise()
     signal_hook = step_hooks.StopOnSignalHook()
-    with _as_one_error(role), tf1.train.MonitoredSession(
-        session_creator=role.session_creator(scaffold, config),
-        hooks=list(hooks) + [signal_hook] + _chief_hooks(
-            role, resumed_step, scaffold, log_prefix),
-        stop_grace_period_secs=STOP_GRACE_PERIOD_SECS) as mon_sess:
-      with _step_errors():
+    with _as_one_error(role):
+      # What the session adds to the graph (the saver, the ops that
+      # initialize and check the variables) under a name of its own, so
+      # that TensorBoard's graph shows the model and the towers first.
+      with tf1.name_scope(SESSION_SCOPE):
+        checkpoints.add_saver()
+        mon_sess = tf1.train.MonitoredSession(
+            session_creator=role.session_creator(scaffold, config),
+            hooks=list(hooks) + [signal_hook] + _chief_hooks(
+                role, resumed_step, scaffold, log_prefix),
+            stop_grace_period_secs=STOP_GRACE_PERIOD_SECS)
+      with mon_sess, _step_errors():
         yield mon_sess
   finally:
     if held:
@@ -197,6 +206,16 @@ def training_session(hooks, config=None, scaffold=None, role=None,
     print('Stopped by signal %d; checkpoint saved in %s.'
           % (signal_hook.received, tf1.train.latest_checkpoint(
               FLAGS.train_dir)))
+
+
+def _with_device_placement(config):
+  """Returns a copy of config (or a new ConfigProto) that logs where each
+  op is placed as --log_device_placement says."""
+  logged = tf1.ConfigProto()
+  if config is not None:
+    logged.CopyFrom(config)
+  logged.log_device_placement = FLAGS.log_device_placement
+  return logged
 
 
 def _prepare_resume():
@@ -310,14 +329,14 @@ def _diverged(error, is_chief):
       'resume from it.' % (error.value, error.step,
                            checkpoints.rewind_to_finite(FLAGS.train_dir)
                            if is_chief else 'of the chief',
-                           FLAGS.initial_learning_rate))
+                           error.learning_rate))
 
 
 def _write_error(error):
   """Makes the WriteError of an error that is a failed write into
   --train_dir (writes.write_error), or returns None for any other."""
   return writes.write_error(
-      error, 'train_dir',
+      error, 'train_dir', FLAGS.train_dir,
       then='Training stopped; the last good checkpoint, %s, is kept and the '
       'next run resumes from it.' % tf1.train.latest_checkpoint(
           FLAGS.train_dir))

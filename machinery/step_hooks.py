@@ -5,8 +5,11 @@ The tutorial's step line (LoggerHook) and its stop on a NaN loss
 or SIGTERM (StopOnSignalHook) and a trace of the steps --trace_steps lists
 (TraceHook), which session.training_session adds:
 
-  hooks=[NanLossHook(loss),
+  hooks=[NanLossHook(loss, learning_rate=0.1),
          LoggerHook(loss, log_frequency=10, examples_per_step=128)]
+
+and a distributed worker's StallReportHook, which says when a step waits
+for a missing worker.
 """
 
 from __future__ import absolute_import
@@ -30,12 +33,19 @@ tf1 = tf.compat.v1
 
 
 class NanLossError(Exception):
-  """Stops the session when the loss became NaN or infinite."""
+  """Stops the session when the loss became NaN or infinite.
 
-  def __init__(self, step, value):
+  Attributes:
+    step: the step whose loss it was.
+    value: the loss.
+    learning_rate: the run's --initial_learning_rate, to say what to lower.
+  """
+
+  def __init__(self, step, value, learning_rate):
     super(NanLossError, self).__init__('step %d, loss = %s' % (step, value))
     self.step = step
     self.value = value
+    self.learning_rate = learning_rate
 
 
 class _StepCounter(tf1.train.SessionRunHook):
@@ -52,18 +62,20 @@ class _StepCounter(tf1.train.SessionRunHook):
 
 
 class NanLossHook(_StepCounter):
-  """Stops training with NanLossError when the loss is not finite."""
+  """Stops training with NanLossError when the loss is not finite; the
+  error names learning_rate (--initial_learning_rate) as what to lower."""
 
-  def __init__(self, loss):
+  def __init__(self, loss, learning_rate):
     super(NanLossHook, self).__init__()
     self._loss = loss
+    self._learning_rate = learning_rate
 
   def before_run(self, run_context):
     return tf1.train.SessionRunArgs(self._loss)
 
   def after_run(self, run_context, run_values):
     if not math.isfinite(run_values.results):
-      raise NanLossError(self.step, run_values.results)
+      raise NanLossError(self.step, run_values.results, self._learning_rate)
     super(NanLossHook, self).after_run(run_context, run_values)
 
 
@@ -182,3 +194,25 @@ class TraceHook(_StepCounter):
           'metadata is run "step_%d" in TensorBoard\'s Graphs tab.'
           % (self._prefix, step, path, step))
     sys.stdout.flush()
+
+
+class StallReportHook(tf1.train.SessionRunHook):
+  """Prints a notice when one step waits longer than a limit."""
+
+  def __init__(self, seconds, message):
+    super(StallReportHook, self).__init__()
+    self._seconds = seconds
+    self._message = message
+    self._timer = None
+
+  def before_run(self, run_context):
+    self._timer = threading.Timer(self._seconds, print, [self._message])
+    self._timer.daemon = True
+    self._timer.start()
+
+  def after_run(self, run_context, run_values):
+    self._timer.cancel()
+
+  def end(self, session):
+    if self._timer:
+      self._timer.cancel()

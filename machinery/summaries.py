@@ -8,12 +8,14 @@ that a trainer can pick one tower's:
 
   scalar_summary('learning_rate', lr)
   histogram_summary('conv1/activations', conv1)
-  summary_op = tower_summary_op('tower_1/', 'tower')
+  summary_op = tower_summary_op('tower', 1)
 """
 
 from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
+
+import re
 
 import tensorflow as tf
 
@@ -23,12 +25,15 @@ tf1 = tf.compat.v1
 def scalar_summary(tag, value):
   """Adds a scalar summary tagged exactly `tag`, whatever the name scope.
 
+  Its op is named after the tag, in the current name scope, so that the
+  graph shows it beside what it summarizes.
+
   Args:
     tag: the tag TensorBoard shows.
     value: a scalar tensor.
   """
-  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
-                        tf.raw_ops.ScalarSummary(tags=tag, values=value))
+  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES, tf.raw_ops.ScalarSummary(
+      tags=tag, values=value, name=_op_name(tag)))
 
 
 def histogram_summary(tag, values):
@@ -38,23 +43,43 @@ def histogram_summary(tag, values):
     tag: the tag TensorBoard shows.
     values: a tensor.
   """
-  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES,
-                        tf.raw_ops.HistogramSummary(tag=tag, values=values))
+  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES, tf.raw_ops.HistogramSummary(
+      tag=tag, values=values, name=_op_name(tag)))
 
 
-def tower_summary_op(scope, tower_name):
+def image_summary(tag, images, max_images=3):
+  """Adds a summary of the first max_images of images, tagged exactly `tag`
+  (see scalar_summary).
+
+  Args:
+    tag: the tag TensorBoard shows.
+    images: a [batch, height, width, channels] float tensor.
+    max_images: how many of them to show.
+  """
+  tf1.add_to_collection(tf1.GraphKeys.SUMMARIES, tf.raw_ops.ImageSummary(
+      tag=tag, tensor=images, max_images=max_images, name=_op_name(tag)))
+
+
+def _op_name(tag):
+  """Returns an op name for a summary tagged tag: the tag, the characters
+  an op name cannot hold ('cross_entropy (raw)') turned into '_'."""
+  return re.sub(r'[^A-Za-z0-9_./-]', '_', tag)
+
+
+def tower_summary_op(tower_name, index):
   """Merges one tower's summaries with those the towers share.
 
   Args:
-    scope: the tower's name scope, 'tower_i/'.
-    tower_name: what every tower's scope starts with, before '_i'
-      (cifar10.TOWER_NAME): the other towers' copies of the same tags are
-      left out.
+    tower_name: what every tower's name scope starts with, before '_i'
+      (cifar10.TOWER_NAME).
+    index: the tower whose summaries to keep; the other towers' copies of
+      the same tags are left out.
 
   Returns:
     The merged summary op.
   """
+  scope = '%s_%d/' % (tower_name, index)
   return tf1.summary.merge([
       s for s in tf1.get_collection(tf1.GraphKeys.SUMMARIES)
       if s.op.name.startswith(scope) or
-      not s.op.name.startswith(tower_name + '_')])
+      not s.op.name.startswith(tower_name + '_')], name='summaries')

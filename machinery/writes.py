@@ -9,7 +9,8 @@ writes and ask write_error() what it was:
   try:
     summary_writer.flush()
   except writes.WRITE_ERRORS as e:
-    error = writes.write_error(e, 'eval_dir', then='The precision ...')
+    error = writes.write_error(e, 'eval_dir', FLAGS.eval_dir,
+                               then='The precision ...')
     if not error:
       raise
     raise error
@@ -31,7 +32,6 @@ from machinery import errors
 import tensorflow as tf
 
 tf1 = tf.compat.v1
-FLAGS = tf1.flags.FLAGS
 
 # TensorFlow reports a failed file write as '<path>; <reason>', raised as
 # one of its OpErrors (the saver), or as the Python exception its event
@@ -64,21 +64,22 @@ def failed_write(error, directory):
   return match.group(1), match.group(2).strip()
 
 
-def write_error(error, flag_name, then, directory=None, what=None):
+def write_error(error, flag_name, flag_value, then, written_in=None,
+                what=None):
   """Makes the one-line error of a write that failed, after cleaning up.
 
   Args:
     error: one of WRITE_ERRORS.
     flag_name: the flag that names where the script writes ('train_dir').
+    flag_value: the directory it names.
     then: what the failure means for the user's run, a sentence.
-    directory: where the file was written; None: the flag's directory.
+    written_in: where the file was written; None: flag_value.
     what: what failed to be written; None: the file, as its path says.
 
   Returns:
     The errors.WriteError, or None if error is not a failed write there.
   """
-  flag_value = FLAGS[flag_name].value
-  failed = failed_write(error, directory or flag_value)
+  failed = failed_write(error, written_in or flag_value)
   if not failed:
     return None
   path, reason = failed

@@ -37,8 +37,10 @@ os.environ.setdefault('TF_FORCE_GPU_ALLOW_GROWTH', 'true')
 import cifar10  # pylint: disable=g-import-not-at-top,wrong-import-position
 import cifar10_input  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# Tests read flags at their defaults (or as flagsaver sets them).
+# Tests read flags at their defaults (or as flagsaver sets them), and
+# build graphs with TF1's control flow, as the scripts do (machinery/cli.py).
 cifar10.FLAGS.mark_as_parsed()
+cifar10.tf.compat.v1.disable_control_flow_v2()
 cifar10.tf.config.experimental.enable_tensor_float_32_execution(False)
 
 # Why the GPU tests are skipped here, or None where TensorFlow sees a GPU.
@@ -140,6 +142,31 @@ def run_script(script, *args, timeout=600, env=None):
   return subprocess.run(
       [sys.executable, os.path.join(REPO, script)] + list(args),
       cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def train(data_dir, train_dir, *args, script='cifar10_train.py', **kwargs):
+  """Runs a trainer (cifar10_train.py unless script says) on data_dir into
+  train_dir, with more flags in args; returns the CompletedProcess."""
+  return run_script(script, '--data_dir=' + data_dir,
+                    '--train_dir=' + train_dir, *args, **kwargs)
+
+
+def trained_run(tmp_path_factory, data_dir, *args):
+  """Trains cifar10_train.py with args into a new directory, which it
+  returns once the run has succeeded."""
+  train_dir = str(tmp_path_factory.mktemp('trained') / 'run')
+  result = train(data_dir, train_dir, *args)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return train_dir
+
+
+def evaluate(data_dir, checkpoint_dir, eval_dir, *args, **kwargs):
+  """Runs cifar10_eval.py --run_once on checkpoint_dir, writing to eval_dir,
+  with more flags in args (which may undo --run_once); returns the
+  CompletedProcess."""
+  return run_script('cifar10_eval.py', '--run_once', '--data_dir=' + data_dir,
+                    '--checkpoint_dir=' + checkpoint_dir,
+                    '--eval_dir=' + str(eval_dir), *args, **kwargs)
 
 
 # Runs a script with writes limited to argv[1] bytes per file, as a full

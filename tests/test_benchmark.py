@@ -8,6 +8,7 @@ from tensorflow.python.framework import ops
 
 import benchmark
 import cifar10
+import cifar10_keras
 from conftest import run_script
 from machinery import environment
 
@@ -48,9 +49,10 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
   by_itself = environment.onednn_by_default(environment.cpu_flags())
   ours = {'1': 'on', '0': 'off'}.get(
       os.environ.get('TF_ENABLE_ONEDNN_OPTS'), 'on' if by_itself else 'off')
+  kind = {row: benchmark.ROWS[row].kind for row in benchmark.ROWS}
   for row in benchmark.ROWS:
     names = ([row + '/tf_default', row + '/onednn_on']
-             if row in benchmark.KERAS_ROWS else [row])
+             if kind[row] == benchmark.KERAS else [row])
     for name in names:
       match = re.search(r'^\| %s \| .* \| ([A-Z:0-9,]+) \| (on|off) \| '
                         r'(\d+\.\d) \| (\d+\.\d)\.\.(\d+\.\d) \| (.*) \| '
@@ -62,7 +64,7 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
       assert onednn == {'tf_default': 'on' if by_itself else 'off',
                         'onednn_on': 'on'}.get(name.partition('/')[2],
                                                ours), name
-      if row in benchmark.TRAINING_ROWS:
+      if kind[row] != benchmark.PIPELINE:
         precision = 'bfloat16' if row.endswith('_bf16') else 'float32'
         assert re.match(r'\d+\.\d \(\d+%% of %s\)$' % precision,
                         gflops), gflops
@@ -74,10 +76,12 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
         assert devices == 'CPU:0' and projected == '', (name, devices)
       else:
         assert devices == ','.join('GPU:%d' % i for i in range(towers)), name
-        if row in benchmark.TRAINING_ROWS:
+        if kind[row] != benchmark.PIPELINE:
           assert re.match(r'\d+\.\d min$', projected), (name, projected)
-  for ours_row in benchmark.OURS_AGAINST_KERAS:
-    for keras in benchmark.KERAS_ROWS:
+  assert sorted(r for r in kind if kind[r] == benchmark.OURS) == [
+      'split', 'split_bf16', 'train', 'train_bf16']
+  for ours_row in [r for r in kind if kind[r] == benchmark.OURS]:
+    for keras in [r for r in kind if kind[r] == benchmark.KERAS]:
       for setting in ('tf_default', 'onednn_on'):
         assert re.search(r'^%s / %s/%s = \d+\.\d\dx$' % (
             ours_row, keras, setting), out, re.M)
@@ -98,7 +102,7 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
 
 
 def test_keras_bf16_model_is_mixed_precision():
-  model = benchmark.keras_model('mixed_bfloat16')
+  model = cifar10_keras.keras_model('mixed_bfloat16')
   convs = [l for l in model.layers if isinstance(l, tf.keras.layers.Conv2D)]
   assert [l.compute_dtype for l in convs] == ['bfloat16', 'bfloat16']
   assert {v.dtype for v in model.trainable_variables} == {'float32'}

@@ -9,7 +9,8 @@ import shutil
 
 import pytest
 
-from conftest import checkpoint_step, error_lines, make_fake_data, run_script
+from conftest import (checkpoint_step, error_lines, evaluate, make_fake_data,
+                      run_script, train, trained_run)
 from machinery import checkpoints
 
 # A trained run of 20 steps, with checkpoints at 0, 10 and 20.
@@ -28,23 +29,18 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope='module')
 def trained(data_dir, tmp_path_factory):
   """A --train_dir trained for STEPS steps, to be copied, not changed."""
-  train_dir = str(tmp_path_factory.mktemp('trained') / 'run')
-  result = _train(data_dir, train_dir, STEPS)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return train_dir
+  return trained_run(tmp_path_factory, data_dir, '--max_steps=%d' % STEPS,
+                     '--save_checkpoint_steps=%d' % SAVE_EVERY, *BATCH)
 
 
 def _train(data_dir, train_dir, max_steps):
-  return run_script('cifar10_train.py', '--data_dir=' + data_dir,
-                    '--train_dir=' + train_dir, '--max_steps=%d' % max_steps,
-                    '--save_checkpoint_steps=%d' % SAVE_EVERY, *BATCH)
+  return train(data_dir, train_dir, '--max_steps=%d' % max_steps,
+               '--save_checkpoint_steps=%d' % SAVE_EVERY, *BATCH)
 
 
 def _evaluate(data_dir, checkpoint_dir, tmp_path):
-  return run_script('cifar10_eval.py', '--data_dir=' + data_dir,
-                    '--checkpoint_dir=' + checkpoint_dir, '--run_once',
-                    '--eval_dir=' + str(tmp_path / 'eval'),
-                    '--num_examples=16', *BATCH)
+  return evaluate(data_dir, checkpoint_dir, tmp_path / 'eval',
+                  '--num_examples=16', *BATCH)
 
 
 def _md5s(directory):

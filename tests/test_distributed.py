@@ -18,10 +18,11 @@ import cifar10
 import cifar10_distributed_train as dist
 import cifar10_multi_gpu_train as multi
 import cifar10_replicated
-from conftest import checkpoint_step, error_lines, run_script, start_script
+from conftest import (checkpoint_step, error_lines, evaluate, run_script,
+                      start_script)
 from machinery import cluster
 from machinery import hardware
-from ports import free_local_ports
+from machinery import worker_session
 
 tf1 = tf.compat.v1
 
@@ -85,7 +86,7 @@ def _run_cluster(flags):
   Returns:
     (returncode, stdout, stderr) of worker 1, worker 0 and the ps task.
   """
-  common = _hosts(free_local_ports(3)) + flags
+  common = _hosts(cluster.free_local_ports(3)) + flags
   tasks = [_start('--job_name=ps', '--task_index=0', *common),
            _start('--job_name=worker', '--task_index=0', *common),
            _start('--job_name=worker', '--task_index=1', *common)]
@@ -100,7 +101,7 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   train_dir = str(tmp_path / 'train')
   flags = ['--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
            '--batch_size=16', '--log_frequency=10', '--stall_report_secs=3']
-  common = _hosts(free_local_ports(3)) + flags + ['--max_steps=30']
+  common = _hosts(cluster.free_local_ports(3)) + flags + ['--max_steps=30']
   ps = _start('--job_name=ps', '--task_index=0', *common)
   chief = _start('--job_name=worker', '--task_index=0', *common)
   try:
@@ -132,11 +133,8 @@ def test_sync_cluster_on_loopback_trains_exits_and_evaluates(
   assert all(global_step - 2 <= s <= global_step + 2 for s in steps.values())
   assert 'ps task 0: 2 of 2 workers done.' in results[2][1]
 
-  result = run_script('cifar10_eval.py', '--run_once',
-                      '--data_dir=' + real_data_dir,
-                      '--checkpoint_dir=' + train_dir,
-                      '--eval_dir=' + str(tmp_path / 'eval'),
-                      '--num_examples=256')
+  result = evaluate(real_data_dir, train_dir, tmp_path / 'eval',
+                    '--num_examples=256')
   assert result.returncode == 0, result.stderr[-2000:]
   assert re.search(r'precision @ 1 = \d\.\d{3}', result.stdout)
 
@@ -184,7 +182,7 @@ def test_port_in_use_is_one_line(fake_data_dir):
 
 
 def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
-  ports = free_local_ports(3)
+  ports = cluster.free_local_ports(3)
   train_dir = str(tmp_path / 'train')
   common = _hosts(ports) + [
       '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
@@ -212,7 +210,7 @@ def test_async_chief_goes_on_when_a_worker_is_killed(real_data_dir, tmp_path):
 
 def test_sigterm_stops_a_ps_task(fake_data_dir):
   ps = _start('--job_name=ps', '--data_dir=' + fake_data_dir,
-              *_hosts(free_local_ports(3)))
+              *_hosts(cluster.free_local_ports(3)))
   try:
     _wait_for_line(ps, r'^ps task 0 serving', timeout=120)
     ps.send_signal(signal.SIGTERM)
@@ -225,7 +223,7 @@ def test_sigterm_stops_a_ps_task(fake_data_dir):
 
 def test_restarted_sync_worker_rejoins(fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
-  common = _hosts(free_local_ports(3)) + [
+  common = _hosts(cluster.free_local_ports(3)) + [
       '--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
       '--batch_size=8', '--max_steps=40', '--log_frequency=1',
       '--stall_report_secs=3']
@@ -252,15 +250,16 @@ def test_restarted_sync_worker_rejoins(fake_data_dir, tmp_path):
   assert 'ps task 0: 2 of 2 workers done.' in results[2][1]
 
 
-def test_one_sync_step_equals_one_step_on_both_batches(tmp_path):
+def test_one_sync_step_equals_one_step_on_both_batches(monkeypatch,
+                                                      tmp_path):
   rng = np.random.RandomState(5)
   images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
-  ports = free_local_ports(3)
+  ports = cluster.free_local_ports(3)
   tasks = _tasks(['127.0.0.1:%d' % ports[0]],
                  ['127.0.0.1:%d' % p for p in ports[1:]])
   initial, steps, _ = _train_in_threads(
-      tasks, cifar10_replicated.PARAMETER_SERVER, images, labels, tmp_path)
+      monkeypatch, tasks, cifar10_replicated.PARAMETER_SERVER, images, labels, tmp_path)
   assert steps == {0: 1, 1: 1}
   reader = tf.train.load_checkpoint(str(tmp_path))
   assert reader.get_tensor('global_step') == 1
@@ -289,16 +288,20 @@ class _Values(tf1.train.SessionRunHook):
     self.values = {v.op.name: session.run(v) for v in tf1.global_variables()}
 
 
-def _train_in_threads(tasks, mode, images, labels, train_dir, max_steps=1):
+def _train_in_threads(monkeypatch, tasks, mode, images, labels, train_dir,
+                      max_steps=1):
   """Trains every worker of tasks (and serves the ps tasks) in threads, on
   one fixed batch each.
+
+  Each worker's thread is named for its index: the input pipeline gives it
+  its own fixed batch, and its session a _Values hook.
 
   Returns:
     (the chief's initial values, {worker: steps run}, {worker: its global
     variables' values at the end}).
   """
   ps_hosts, worker_hosts = tasks[0].ps_hosts, tasks[0].worker_hosts
-  servers, configs = {}, {}
+  servers, configs, values = {}, {}, {}
   for task in tasks:
     _, configs[task.task_index] = hardware.tower_devices(
         1, virtual=True)
@@ -306,32 +309,37 @@ def _train_in_threads(tasks, mode, images, labels, train_dir, max_steps=1):
         task, cluster.server_config(
             task, mode == cifar10_replicated.REPLICATED,
             configs[task.task_index]))
+    values[task.task_index] = _Values()
   for i in range(len(ps_hosts)):
     ps = cluster.Task(ps_hosts, worker_hosts, 'ps', i, 'a test')
     servers['ps', i] = cluster.start_server(
         ps, cluster.server_config(ps, False, None))
-  initial, steps, final = {}, {}, {}
+
+  def this_worker():
+    return int(threading.current_thread().name)
+  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n: [
+      (tf.constant(images[this_worker()]),
+       tf.constant(labels[this_worker()]))])
+  role_hooks = worker_session.WorkerRole.hooks
+  monkeypatch.setattr(worker_session.WorkerRole, 'hooks', lambda role: (
+      role_hooks(role) + [values[this_worker()]]))
+  steps = {}
   with flagsaver.flagsaver(batch_size=8, max_steps=max_steps, num_gpus=1,
                            train_dir=str(train_dir), sync_replicas=True,
                            peer_timeout_secs=60):
 
     def run_worker(task):
-      index = task.task_index
-      hook = _Values()
-      steps[index] = dist.train(
-          servers[index], task, mode, ['/cpu:0'], configs[index],
-          make_batches=lambda: [(tf.constant(images[index]),
-                                 tf.constant(labels[index]))],
-          hooks=[hook])
-      final[index] = hook.values
-      if index == 0:
-        initial.update(hook.initial)
-    threads = [threading.Thread(target=run_worker, args=(t,)) for t in tasks]
+      steps[task.task_index] = dist.train(
+          servers[task.task_index], task, mode, ['/cpu:0'],
+          configs[task.task_index])
+    threads = [threading.Thread(target=run_worker, args=(t,),
+                                name=str(t.task_index)) for t in tasks]
     for t in threads:
       t.start()
     for t in threads:
       t.join(timeout=120)
-  return initial, steps, final
+  return (values[0].initial, steps,
+          {index: hook.values for index, hook in values.items()})
 
 
 def _assert_one_step_on_both_batches(initial, reader, images, labels):
@@ -361,13 +369,13 @@ def _assert_one_step_on_both_batches(initial, reader, images, labels):
 
 
 def test_allreduce_workers_step_as_one_tower_on_both_batches_and_agree(
-    tmp_path):
+    monkeypatch, tmp_path):
   rng = np.random.RandomState(6)
   images = rng.normal(size=(2, 8, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=(2, 8)).astype(np.int32)
-  tasks = _tasks([], ['127.0.0.1:%d' % p for p in free_local_ports(2)])
+  tasks = _tasks([], ['127.0.0.1:%d' % p for p in cluster.free_local_ports(2)])
   initial, steps, final = _train_in_threads(
-      tasks, cifar10_replicated.REPLICATED, images, labels, tmp_path)
+      monkeypatch, tasks, cifar10_replicated.REPLICATED, images, labels, tmp_path)
   assert steps == {0: 1, 1: 1}
   reader = tf.train.load_checkpoint(str(tmp_path))
   assert reader.get_tensor('global_step') == 1
@@ -381,12 +389,13 @@ def test_allreduce_workers_step_as_one_tower_on_both_batches_and_agree(
                                   err_msg=name)
 
 
-def test_variables_on_ps_tasks_cpus_towers_on_the_worker():
+def test_variables_on_ps_tasks_cpus_towers_on_the_worker(monkeypatch):
   task = _tasks(['127.0.0.1:1', '127.0.0.1:2'],
                 ['127.0.0.1:3', '127.0.0.1:4'])[1]
-  with flagsaver.flagsaver(batch_size=8, num_gpus=2), tf.Graph().as_default():
-    batch = (tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))
-    dist.build_worker_graph(task, ['/cpu:0', '/cpu:1'], [batch, batch])
+  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n: [
+      (tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))] * n)
+  with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
+    dist.build_worker_graph(task, ['/cpu:0', '/cpu:1'], sync_replicas=True)
     graph = tf1.get_default_graph()
     model = tf1.global_variables()
     # Round-robin over both ps tasks, on their CPUs (the global step and
@@ -403,7 +412,7 @@ def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
     fake_data_dir, tmp_path):
   train_dir = str(tmp_path / 'train')
   hosts = '--worker_hosts=' + ','.join('127.0.0.1:%d' % p
-                                       for p in free_local_ports(2))
+                                       for p in cluster.free_local_ports(2))
   common = [hosts, '--data_dir=' + fake_data_dir, '--batch_size=8',
             '--log_frequency=1', '--peer_timeout_secs=15',
             '--save_checkpoint_steps=5']
@@ -450,14 +459,14 @@ def test_allreduce_dead_peer_is_one_line_and_the_cluster_resumes(
 
 def test_three_tasks_from_tf_config_alone_train_and_finish(fake_data_dir,
                                                             tmp_path):
-  ports = free_local_ports(3)
-  cluster = {'chief': ['127.0.0.1:%d' % ports[0]],
-             'worker': ['127.0.0.1:%d' % ports[1]],
-             'ps': ['127.0.0.1:%d' % ports[2]]}
+  ports = cluster.free_local_ports(3)
+  hosts = {'chief': ['127.0.0.1:%d' % ports[0]],
+           'worker': ['127.0.0.1:%d' % ports[1]],
+           'ps': ['127.0.0.1:%d' % ports[2]]}
   train_dir = str(tmp_path / 'train')
   flags = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
            '--batch_size=8', '--max_steps=20']
-  tasks = [_start(*flags, tf_config={'cluster': cluster,
+  tasks = [_start(*flags, tf_config={'cluster': hosts,
                                      'task': {'type': task, 'index': 0}})
            for task in ('PS', 'Chief', 'worker')]
   try:
@@ -521,16 +530,16 @@ def _trainer_graph(trainer, data_dir, **flags):
   all_reduce_task = _tasks([], ['127.0.0.1:2', '127.0.0.1:3'])[1]
   build = {
       'single tower': cifar10_train.build_train_op,
-      'multi-GPU, 2 towers': lambda: multi.build_graph(2, virtual=True),
+      'multi-GPU, 2 towers': lambda: multi.build_graph(
+          2, True, 'parameter_server'),
       'ps sync, 2 workers x 2 towers': lambda: dist.build_worker_graph(
-          ps_task, ['/cpu:0', '/cpu:1']),
+          ps_task, ['/cpu:0', '/cpu:1'], sync_replicas=True),
       'ps async, 2 x 2': lambda: dist.build_worker_graph(
-          ps_task, ['/cpu:0', '/cpu:1']),
+          ps_task, ['/cpu:0', '/cpu:1'], sync_replicas=False),
       'all-reduce, 2 workers x 2 towers': lambda: dist.build_allreduce_graph(
           all_reduce_task, ['/cpu:0', '/cpu:1']),
   }[trainer]
-  with flagsaver.flagsaver(data_dir=data_dir, batch_size=8, num_gpus=2,
-                           sync_replicas='async' not in trainer, **flags), \
+  with flagsaver.flagsaver(data_dir=data_dir, batch_size=8, **flags), \
       tf.Graph().as_default() as graph:
     build()
   return graph
@@ -562,7 +571,7 @@ def test_linear_scaling_and_warmup_count_every_towers_examples(
 
 def test_allreduce_peer_that_never_starts_or_hangs_is_one_line(
     fake_data_dir, tmp_path):
-  hosts = ['127.0.0.1:%d' % p for p in free_local_ports(2)]
+  hosts = ['127.0.0.1:%d' % p for p in cluster.free_local_ports(2)]
   common = ['--worker_hosts=' + ','.join(hosts), '--data_dir=' + fake_data_dir,
             '--batch_size=8', '--log_frequency=1', '--peer_timeout_secs=10',
             '--max_steps=100000', '--train_dir=' + str(tmp_path / 'train')]

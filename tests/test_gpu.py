@@ -22,11 +22,13 @@ import cifar10_predict
 import cifar10_replicated
 import cifar10_train
 from conftest import (NO_GPU, STEP_LINE, build_towers, make_fake_data,
-                      run_script, start_script)
+                      run_script, start_script, trained_run)
 from machinery import cluster
 from machinery import errors
 from machinery import hardware
 from machinery import options
+from machinery import probes
+from machinery import profiler
 
 tf1 = tf.compat.v1
 
@@ -72,12 +74,8 @@ def trained(tmp_path_factory):
   """(data_dir, train_dir) of a 10-step run on small fake data."""
   data_dir = str(tmp_path_factory.mktemp('data'))
   make_fake_data(data_dir)
-  train_dir = str(tmp_path_factory.mktemp('gpu') / 'train')
-  result = run_script('cifar10_train.py', '--data_dir=' + data_dir,
-                      '--train_dir=' + train_dir, '--batch_size=8',
-                      '--max_steps=10')
-  assert result.returncode == 0, result.stderr[-2000:]
-  return data_dir, train_dir
+  return data_dir, trained_run(tmp_path_factory, data_dir, '--batch_size=8',
+                               '--max_steps=10')
 
 
 def test_every_scripts_sessions_take_gpu_memory_as_needed(
@@ -168,12 +166,12 @@ def test_benchmark_names_tf32_matmuls(monkeypatch):
   monkeypatch.setattr(tf.config.experimental,
                       'tensor_float_32_execution_enabled', lambda: enabled[0])
   _fake_gpus(monkeypatch, 1, 'NVIDIA H100 80GB HBM3', (9, 0))
-  assert benchmark._float32_matmuls() == 'float32 as TF32'
+  assert probes.float32_matmuls() == 'float32 as TF32'
   enabled[0] = False
-  assert benchmark._float32_matmuls() == 'float32'
+  assert probes.float32_matmuls() == 'float32'
   enabled[0] = True
   _fake_gpus(monkeypatch, 1)  # A V100: no TF32.
-  assert benchmark._float32_matmuls() == 'float32'
+  assert probes.float32_matmuls() == 'float32'
 
 
 def test_fp16_notice_names_gpus_without_float16_tensor_cores(monkeypatch):
@@ -205,7 +203,7 @@ def test_global_step_is_on_the_cpu_in_both_trainers(fake_data_dir):
       cifar10_train.build_train_op()
       assert tf1.train.get_global_step().device == '/device:CPU:0'
     with tf.Graph().as_default():
-      multi.build_graph(1)
+      multi.build_graph(1, False, 'parameter_server')
       assert tf1.train.get_global_step().device == '/device:CPU:0'
 
 
@@ -275,7 +273,7 @@ def test_profile_counts_a_gpus_ops_from_its_streams_only():
   record(gpu0 + '/memcpy', 'edge_1_images', 'MemcpyHtoD', 30)
   record('/job:localhost/replica:0/task:0/device:CPU:0', 'IteratorGetNext',
          'IteratorGetNext = IteratorGetNext(it)', 90)
-  assert sorted(benchmark.op_times(stats)) == [
+  assert sorted(profiler.op_times(stats)) == [
       ('CPU:0', 'IteratorGetNext', 'IteratorGetNext', 90),
       ('GPU:0', 'conv1/Conv2D', 'Conv2D', 700)]
 
@@ -295,7 +293,7 @@ def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
     fake_data_dir):
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
       tf.Graph().as_default():
-    train_op, _, _, config = multi.build_graph(2, virtual=True)
+    train_op, _, _, config = multi.build_graph(2, True, 'parameter_server')
     options = tf1.RunOptions(output_partition_graphs=True)
     metadata = tf1.RunMetadata()
     with tf1.Session(config=config) as sess:

@@ -9,8 +9,9 @@ import signal
 import pytest
 import tensorflow as tf
 
-from conftest import (STEP_LINE, checkpoint_step, error_lines,
-                      in_use_line, run_limited, run_script, start_script)
+from conftest import (STEP_LINE, checkpoint_step, error_lines, evaluate,
+                      in_use_line, run_limited, run_script, start_script,
+                      train)
 
 # Every script's directory flags.
 PATH_FLAGS = {
@@ -117,11 +118,8 @@ def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
           train_dir, first.pid,
           ['--max_steps=1000000', '--log_frequency=1'] + args)]
     # The evaluator reads beside it.
-    evaluated = run_script('cifar10_eval.py', '--run_once',
-                           '--data_dir=' + fake_data_dir,
-                           '--checkpoint_dir=' + train_dir, '--batch_size=8',
-                           '--num_examples=16',
-                           '--eval_dir=' + str(tmp_path / 'eval'))
+    evaluated = evaluate(fake_data_dir, train_dir, tmp_path / 'eval',
+                         '--batch_size=8', '--num_examples=16')
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert 'precision @ 1 = ' in evaluated.stdout
   finally:
@@ -226,9 +224,8 @@ def _whole_events(path):
 def _trained(fake_data_dir, tmp_path):
   """A --train_dir with a 10-step checkpoint."""
   train_dir = str(tmp_path / 'train')
-  assert run_script('cifar10_train.py', '--data_dir=' + fake_data_dir,
-                    '--train_dir=' + train_dir, '--batch_size=8',
-                    '--max_steps=10').returncode == 0
+  assert train(fake_data_dir, train_dir, '--batch_size=8',
+               '--max_steps=10').returncode == 0
   return train_dir
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 import cifar10_model_parallel_train as model_parallel
-from conftest import STEP_LINE, run_script
+from conftest import STEP_LINE, evaluate, run_script
 
 tf1 = tf.compat.v1
 
@@ -60,10 +60,8 @@ def test_trains_with_falling_loss_and_evaluates(real_data_dir, tmp_path):
   # fell by 0.39 to 0.53, at a learning rate of 0 by -0.006 to -0.004.
   assert len(losses) == 100
   assert np.mean(losses[:10]) - np.mean(losses[-10:]) > 0.2, losses
-  evaluated = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                         '--checkpoint_dir=' + train_dir, '--run_once',
-                         '--eval_dir=' + str(tmp_path / 'eval'),
-                         '--num_examples=500')
+  evaluated = evaluate(real_data_dir, train_dir, tmp_path / 'eval',
+                       '--num_examples=500')
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   assert 'precision @ 1 = ' in evaluated.stdout
   assert os.path.exists(os.path.join(train_dir, 'model.ckpt-100.index'))

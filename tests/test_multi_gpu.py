@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_multi_gpu_train as multi
-from conftest import STEP_LINE, checkpoint_step, run_script
+from conftest import STEP_LINE, checkpoint_step, evaluate, run_script
 from machinery import errors
 from machinery import hardware
 
@@ -134,6 +134,28 @@ def test_more_gpus_than_visible_is_one_clear_error(monkeypatch):
   assert devices == ['/gpu:0']
 
 
+# The names at the top of a two-tower graph, as TensorBoard's Graphs tab
+# shows it: the towers, their average, the model's variables (each with its
+# histograms), the input pipeline, the learning rate, the update, the
+# moving averages, the summaries TensorBoard gets, and the session's own.
+GRAPH_TOP_LEVEL = {
+    'tower_0', 'tower_1', 'average_gradients', 'conv1', 'conv2', 'local3',
+    'local4', 'softmax_linear', 'global_step', 'input', 'learning_rate',
+    'GradientDescent', 'moving_averages', 'summaries', 'session'}
+
+
+def _top_level_names(train_dir):
+  """The first parts of the op names of the graph in train_dir's event
+  files (the one TensorBoard draws)."""
+  names = set()
+  for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
+    for event in tf1.train.summary_iterator(path):
+      if event.graph_def:
+        graph = tf1.GraphDef.FromString(event.graph_def)
+        names |= {node.name.split('/')[0] for node in graph.node}
+  return names
+
+
 def _line_time(match):
   """The clock time at the start of a step line."""
   return datetime.datetime.strptime(
@@ -192,11 +214,10 @@ def test_two_towers_train_resume_checkpoint_and_evaluate(real_data_dir,
               'local3/weights/gradients', 'images/image/0']:
     assert tag in tags, sorted(tags)
   assert not [t for t in tags if t.startswith('tower')]
+  assert _top_level_names(train_dir) == GRAPH_TOP_LEVEL
 
-  result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                      '--checkpoint_dir=' + train_dir, '--run_once',
-                      '--eval_dir=' + str(tmp_path / 'eval'),
-                      '--num_examples=500')
+  result = evaluate(real_data_dir, train_dir, tmp_path / 'eval',
+                    '--num_examples=500')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'precision @ 1 = ' in result.stdout
 
@@ -216,6 +237,8 @@ def test_replicated_trains_resumes_and_saves_the_model_only(fake_data_dir,
   assert int(reader.get_tensor('global_step')) == 20
   names = set(reader.get_variable_to_shape_map())
   assert len(names) == 21 and not [n for n in names if 'tower' in n]
+  assert _top_level_names(train_dir) == GRAPH_TOP_LEVEL - {
+      'average_gradients'} | {'all_reduce', 'copy_to_replicas'}
 
 
 def _learning_rates(train_dir):

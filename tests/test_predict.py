@@ -18,7 +18,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_eval
 import cifar10_input
-from conftest import error_lines, run_script
+from conftest import error_lines, run_script, trained_run
 
 tf1 = tf.compat.v1
 
@@ -29,12 +29,8 @@ LINE = re.compile(r'^(\S+): (\w+) (\d\.\d{3}), (\w+) (\d\.\d{3}), '
 
 @pytest.fixture(scope='module')
 def checkpoint_dir(real_data_dir, tmp_path_factory):
-  train_dir = str(tmp_path_factory.mktemp('predict') / 'train')
-  result = run_script('cifar10_train.py', '--data_dir=' + real_data_dir,
-                      '--train_dir=' + train_dir, '--batch_size=32',
-                      '--max_steps=80')
-  assert result.returncode == 0, result.stderr[-2000:]
-  return train_dir
+  return trained_run(tmp_path_factory, real_data_dir, '--batch_size=32',
+                     '--max_steps=80')
 
 
 @pytest.fixture(scope='module')

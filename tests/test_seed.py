@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_script
+from conftest import train
 
 
 def _train(script, data_dir, train_dir, *flags):
   """Trains 10 steps of 8 with a checkpoint every 5; returns the variables
   of each checkpoint, {step: {name: value}}: steps 0 (the initial
   weights), 5 and 10."""
-  result = run_script(script, '--data_dir=' + data_dir,
-                      '--train_dir=' + train_dir, '--max_steps=10',
-                      '--batch_size=8', '--save_checkpoint_steps=5', *flags)
+  result = train(data_dir, train_dir, '--max_steps=10', '--batch_size=8',
+                 '--save_checkpoint_steps=5', *flags, script=script)
   assert result.returncode == 0, result.stderr[-3000:]
   checkpoints = {}
   for index in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')):

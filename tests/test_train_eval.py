@@ -13,8 +13,9 @@ import tensorflow as tf
 
 import cifar10
 import cifar10_input
-from conftest import (STEP_LINE, checkpoint_step, error_lines, make_fake_data,
-                      run_script, start_script, write_records)
+from conftest import (STEP_LINE, checkpoint_step, error_lines, evaluate,
+                      make_fake_data, run_script, start_script, train,
+                      write_records)
 
 tf1 = tf.compat.v1
 
@@ -29,8 +30,7 @@ def _event_tags(directory):
 
 
 def _train(data_dir, train_dir, *args):
-  result = run_script('cifar10_train.py', '--data_dir=' + data_dir,
-                      '--train_dir=' + train_dir, '--batch_size=32', *args)
+  result = train(data_dir, train_dir, '--batch_size=32', *args)
   assert result.returncode == 0, result.stderr[-3000:]
   return result
 
@@ -64,10 +64,8 @@ def test_train_resume_and_evaluate(real_data_dir, tmp_path):
   assert all(40 < step <= 60 for step, _ in tags['global_step/sec'])
 
   eval_dir = str(tmp_path / 'eval')
-  result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                      '--checkpoint_dir=' + train_dir,
-                      '--eval_dir=' + eval_dir, '--run_once',
-                      '--num_examples=1000', '--batch_size=300')
+  result = evaluate(real_data_dir, train_dir, eval_dir, '--num_examples=1000',
+                    '--batch_size=300')
   assert result.returncode == 0, result.stderr[-3000:]
   lines = [l for l in result.stdout.splitlines() if 'precision @ 1' in l]
   assert len(lines) == 1, result.stdout
@@ -124,10 +122,8 @@ def test_eval_counts_exactly_num_examples(real_data_dir, tmp_path):
   # take: with these images that is another figure.
   assert abs(np.mean(labels[:300] == 0) - expected) > 0.005
   eval_dir = str(tmp_path / 'eval')
-  result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                      '--checkpoint_dir=' + checkpoint_dir,
-                      '--eval_dir=' + eval_dir, '--run_once',
-                      '--num_examples=250', '--batch_size=100')
+  result = evaluate(real_data_dir, checkpoint_dir, eval_dir,
+                    '--num_examples=250', '--batch_size=100')
   assert result.returncode == 0, result.stderr[-3000:]
   assert re.search(r'^\S+ \S+: precision @ 1 = %.3f$' % expected,
                    result.stdout, re.M), (expected, result.stdout)
@@ -147,11 +143,9 @@ def test_eval_data_chooses_the_files(tmp_path, eval_data, expected):
                   [1 if name in cifar10_input.TEST_FILES else 0] * 10,
                   images)
   _save_constant_model(str(tmp_path / 'constant'), label=0)
-  result = run_script('cifar10_eval.py', '--data_dir=' + data_dir,
-                      '--checkpoint_dir=' + str(tmp_path / 'constant'),
-                      '--eval_dir=' + str(tmp_path / 'eval'), '--run_once',
-                      '--eval_data=' + eval_data, '--num_examples=10',
-                      '--batch_size=10')
+  result = evaluate(data_dir, str(tmp_path / 'constant'), tmp_path / 'eval',
+                    '--eval_data=' + eval_data, '--num_examples=10',
+                    '--batch_size=10')
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip().endswith('precision @ 1 = ' + expected)
 
@@ -198,9 +192,7 @@ def test_periodic_eval_evaluates_each_checkpoint_once_and_skips_a_gone_one(
 
 def test_eval_without_checkpoint_is_one_line(real_data_dir, tmp_path):
   empty = str(tmp_path / 'nothing_here')
-  result = run_script('cifar10_eval.py', '--data_dir=' + real_data_dir,
-                      '--checkpoint_dir=' + empty, '--run_once',
-                      '--eval_dir=' + str(tmp_path / 'eval'))
+  result = evaluate(real_data_dir, empty, tmp_path / 'eval')
   assert result.returncode == 1
   assert error_lines(result.stderr) == [
       'Error: No checkpoint file found in %s.' % empty]
@@ -346,10 +338,8 @@ def test_eval_of_another_models_checkpoint_is_one_line(fake_data_dir,
     wrong = '%s is [4096, 384] there, [2304, 384] here' % name
   _save_other_checkpoint(checkpoint_dir, shapes)
   for run_once in ('--run_once', '--norun_once'):
-    result = run_script('cifar10_eval.py', run_once,
-                        '--data_dir=' + fake_data_dir,
-                        '--checkpoint_dir=' + checkpoint_dir,
-                        '--eval_dir=' + str(tmp_path / 'eval'), timeout=120)
+    result = evaluate(fake_data_dir, checkpoint_dir, tmp_path / 'eval',
+                      run_once, timeout=120)
     assert result.returncode == 1
     assert error_lines(result.stderr) == [
         "Error: Checkpoint %s/model.ckpt-0 is not this model's: %s. Point "
@@ -397,10 +387,8 @@ def test_bf16_checkpoint_is_float32_evaluates_and_resumes_either_way(
   assert set(dtypes.values()) == {tf.float32}
   assert 'conv1/weights/ExponentialMovingAverage' in dtypes
   for flag in ('--use_bf16', '--nouse_bf16'):
-    result = run_script('cifar10_eval.py', flag, '--run_once',
-                        '--data_dir=' + fake_data_dir, '--batch_size=8',
-                        '--num_examples=16', '--checkpoint_dir=' + train_dir,
-                        '--eval_dir=' + str(tmp_path / 'eval'))
+    result = evaluate(fake_data_dir, train_dir, tmp_path / 'eval', flag,
+                      '--batch_size=8', '--num_examples=16')
     assert result.returncode == 0, result.stderr[-2000:]
     assert 'precision @ 1 = ' in result.stdout
   resumed = run_script('cifar10_train.py', '--max_steps=15', *args)
@@ -445,10 +433,8 @@ def test_eval_raw_weights_restores_the_trained_variables(fake_data_dir,
                             ('--raw_weights', ' (raw weights)',
                              'Precision @ 1 (raw weights)')):
     eval_dir = str(tmp_path / ('eval' + flag))
-    result = run_script('cifar10_eval.py', flag, '--run_once',
-                        '--data_dir=' + fake_data_dir, '--batch_size=8',
-                        '--num_examples=16', '--checkpoint_dir=' + train_dir,
-                        '--eval_dir=' + eval_dir)
+    result = evaluate(fake_data_dir, train_dir, eval_dir, flag,
+                      '--batch_size=8', '--num_examples=16')
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [l for l in result.stdout.splitlines() if 'precision @ 1' in l]
     assert len(lines) == 1 and re.search(

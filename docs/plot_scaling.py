@@ -1,4 +1,5 @@
-"""What more towers buy: precision at the same epochs, and examples/sec.
+"""What more towers buy: precision at the same epochs, time to 80%, and
+examples/sec.
 
 Left, precision @ 1 against the number of towers, from a CSV of runs
 (`towers,scaling,seed,steps,ema,raw` lines: the rate unscaled, `none`, or
@@ -8,10 +9,19 @@ predicts for N GPUs, over PCIe and over NVLink, for a fast and a slow
 tower, with the tutorial's K20m figures beside them. Prints both as
 tables, and the prediction for M machines over a network.
 
-Usage (matplotlib comes with requirements-dev.txt), the picture in
+With --curves (the evaluations of docs/time_to_target.py's runs, its
+curve.csv lines put together) it also prints the steps, examples and
+epochs each configuration took to reach --target, and the minutes that
+takes on N GPUs and M machines by the model (examples to the target over
+predicted examples/sec), and draws into --out_time precision against
+examples (left) and minutes to the target against GPUs (right), with the
+minutes measured on this CPU (--cpu_runs, cifar10_train.py's runs).
+
+Usage (matplotlib comes with requirements-dev.txt), the pictures in
 docs/scaling.md:
   python docs/plot_scaling.py --runs=docs/scaling_precision.csv \\
-      --out=docs/scaling.png
+      --out=docs/scaling.png --curves=docs/time_to_80.csv \\
+      --cpu_runs=docs/time_to_80_cpu.csv --out_time=docs/time_to_80.png
 """
 
 import argparse
@@ -21,6 +31,7 @@ import csv
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+from matplotlib import ticker  # pylint: disable=g-import-not-at-top
 
 # The model's 1,068,298 float32 parameters: the variables a tower reads and
 # the gradients it sends, each step.
@@ -54,6 +65,14 @@ TUTORIAL_K20M = [(1, 128 / 0.60, 128 / 0.35), (2, 128 / 0.20, 128 / 0.13),
                  (3, 128 / 0.18, 128 / 0.13), (4, 128 / 0.10, 128 / 0.10)]
 
 TOWERS = (1, 2, 4, 8)
+
+# The precision the runs of --curves train to, and the epochs after which
+# one that has not reached it ends (docs/time_to_target.py's defaults).
+TARGET = 0.80
+MAX_EPOCHS = 100
+# A run below GIVE_UP_BELOW after GIVE_UP_EPOCHS may end there.
+GIVE_UP_BELOW = 0.70
+GIVE_UP_EPOCHS = 50
 
 
 def step_ms(towers, tower_ms, link_gb_s, replicated=False):
@@ -213,11 +232,181 @@ def plot(runs, out):
   fig.savefig(out, dpi=100)
 
 
+def read_curves(path):
+  """Reads docs/time_to_target.py's evaluations (a CSV of its curve.csv
+  lines): {(towers, rate, warm-up epochs): {seed: [(step, examples, epochs,
+  precision, wall seconds or None)], in step order}}."""
+  curves = collections.defaultdict(lambda: collections.defaultdict(list))
+  with open(path) as f:
+    for row in csv.DictReader(line for line in f if not line.startswith('#')):
+      curves[int(row['towers']), row['rate'], float(row['warmup_epochs'])][
+          int(row['seed'])].append((
+              int(row['step']), int(row['examples']), float(row['epochs']),
+              float(row['precision']),
+              float(row['wall_s']) if row['wall_s'] else None))
+  for runs in curves.values():
+    for points in runs.values():
+      points.sort()
+  return curves
+
+
+def crossing(points, target=TARGET):
+  """Returns the first evaluation of a run at target or more, or None."""
+  return next((p for p in points if p[3] >= target), None)
+
+
+def run_end(points, target=TARGET):
+  """Words how a run ended: its crossing, or why it has none."""
+  reached = crossing(points, target)
+  if reached:
+    return 'reached'
+  best = 100 * max(p[3] for p in points)
+  if points[-1][2] >= MAX_EPOCHS - 0.01:
+    return 'not reached in %d epochs (best %.1f%%)' % (MAX_EPOCHS, best)
+  if points[-1][2] >= GIVE_UP_EPOCHS and best < 100 * GIVE_UP_BELOW:
+    return 'stopped at %.0f epochs, below %.0f%%' % (
+        points[-1][2], 100 * GIVE_UP_BELOW)
+  return 'stopped at %.0f epochs (best %.1f%%)' % (points[-1][2], best)
+
+
+def rate_label(towers, rate, warmup):
+  """Names a configuration's learning rate: 'rate 0.1 unscaled', 'linear
+  rule (0.4), 2-epoch warm-up', 'linear rule from 0.05 (0.4), 5-epoch
+  warm-up' (rate: 'none', 'linear', or the --initial_learning_rate the
+  linear rule scaled)."""
+  if rate == 'none':
+    return 'rate 0.1 unscaled'
+  initial = 0.1 if rate == 'linear' else float(rate)
+  return 'linear rule %s(%g), %g-epoch warm-up' % (
+      '' if rate == 'linear' else 'from %g ' % initial, initial * towers,
+      warmup)
+
+
+def print_time_to_target(curves, target=TARGET):
+  """Prints a row per configuration: its seeds' steps, examples and epochs
+  to target (min..max), or how the runs ended."""
+  print('| towers | learning rate | seeds | steps to %.0f%% | examples '
+        '(millions) | epochs | runs |' % (100 * target))
+  print('| ---: | --- | ---: | --- | --- | --- | --- |')
+  for key in sorted(curves, key=lambda k: (k[0], k[1] != 'none', k)):
+    runs = curves[key]
+    hits = [crossing(points, target) for points in runs.values()]
+    hits = [hit for hit in hits if hit]
+    def spread(i, scale=1, fmt='%d'):
+      values = [hit[i] / scale for hit in hits]
+      return (fmt + '..' + fmt) % (min(values), max(values)) if hits else '-'
+    print('| %d | %s | %d | %s | %s | %s | %s |' % (
+        key[0], rate_label(*key), len(runs), spread(0),
+        spread(1, 1e6, '%.2f'), spread(2, 1, '%.1f'), '; '.join(
+            'seed %d %s' % (seed, run_end(points, target))
+            for seed, points in sorted(runs.items()))))
+
+
+def examples_to_target(curves, target=TARGET):
+  """Returns {towers: (the fewest mean examples to target over the
+  configurations of that many towers whose every run reached it, that
+  configuration's rate label)}."""
+  best = {}
+  for (towers, rate, warmup), runs in curves.items():
+    hits = [crossing(points, target) for points in runs.values()]
+    if not hits or not all(hits):
+      continue
+    mean = sum(hit[1] for hit in hits) / len(hits)
+    if towers not in best or mean < best[towers][0]:
+      best[towers] = (mean, rate_label(towers, rate, warmup))
+  return best
+
+
+def predicted_minutes(examples, towers, tower_ms, link_gb_s, replicated):
+  """Predicts the minutes N GPUs take to train on examples examples."""
+  return examples / examples_per_sec(towers, tower_ms, link_gb_s,
+                                     replicated) / 60
+
+
+def print_predicted_minutes(best):
+  """Prints the predicted minutes to the target for N GPUs and M machines,
+  from examples_to_target's result."""
+  print('| GPUs | learning rate | examples to the target (millions) | tower '
+        'ms | PCIe, ps | NVLink, replicated | machines over 10 Gbit/s, one '
+        'ps task | all-reduce |')
+  print('| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |')
+  for towers in sorted(best):
+    examples, label = best[towers]
+    for tower_ms in TOWER_MS:
+      minutes = [predicted_minutes(examples, towers, tower_ms, link, rep)
+                 for link, rep in ((PCIE_GB_S, False), (NVLINK_GB_S, True))]
+      machines = [examples / (towers * BATCH * 1000 / machines_step_ms(
+          towers, tower_ms, all_reduce)) / 60 for all_reduce in (False, True)]
+      print('| %d | %s | %.2f | %.0f | %.1f | %.1f | %.1f | %.1f |' % (
+          towers, label, examples / 1e6, tower_ms, minutes[0], minutes[1],
+          machines[0], machines[1]))
+
+
+def plot_time(curves, cpu_minutes, best, out, target=TARGET):
+  """Draws precision against examples (left) and minutes to target against
+  GPUs, predicted, with this CPU's measured minutes (right), into out."""
+  fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+  colors = dict(zip(TOWERS, ('black', 'tab:blue', 'tab:green', 'tab:red')))
+  styles = {}
+  for key in sorted(curves, key=lambda k: (k[0], k[1] != 'none', k)):
+    style = styles.setdefault((key[1], key[2]), ('-', '--', ':', '-.')[
+        len(styles) % 4])
+    for i, (seed, points) in enumerate(sorted(curves[key].items())):
+      left.plot([p[1] / 1e6 for p in points], [100 * p[3] for p in points],
+                style, color=colors.get(key[0], 'gray'), lw=1,
+                label=None if i else '%d tower(s), %s' % (
+                    key[0], rate_label(*key)))
+  left.axhline(100 * target, color='gray', lw=0.8)
+  left.set_ylim(40, 85)
+  left.set_xlabel('training examples (millions; 50,000 an epoch)')
+  left.set_ylabel('precision @ 1, moving averages, %')
+  left.legend(fontsize=7, loc='lower right')
+  left.grid(alpha=0.3)
+  gpus = sorted(best)
+  for tower_ms, style in zip(TOWER_MS[:2], ('-', '--')):
+    for link, name, replicated in ((PCIE_GB_S, 'PCIe, ps', False),
+                                   (NVLINK_GB_S, 'NVLink, replicated', True)):
+      right.plot(gpus, [predicted_minutes(best[n][0], n, tower_ms, link,
+                                          replicated) for n in gpus],
+                 style, marker='o', label='predicted: %s, tower %.0f ms' % (
+                     name, tower_ms))
+  if cpu_minutes:
+    right.scatter([1] * len(cpu_minutes), cpu_minutes, color='black',
+                  marker='x', zorder=3,
+                  label="this project's 2 CPU cores, cifar10_train.py "
+                  "(measured)")
+  right.set_xscale('log', base=2)
+  right.set_yscale('log')
+  right.yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
+  right.yaxis.set_minor_formatter(ticker.NullFormatter())
+  right.set_xticks(gpus, [str(n) for n in gpus])
+  right.set_xlabel('GPUs, one tower each')
+  right.set_ylabel('minutes to %.0f%%' % (100 * target))
+  right.legend(fontsize=7)
+  right.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(out, dpi=100)
+
+
+def cpu_minutes_to_target(path, target=TARGET):
+  """Returns the minutes each run in path (docs/time_to_target.py's
+  evaluations of cifar10_train.py runs) took to its first checkpoint at
+  target or more."""
+  return [crossing(points, target)[4] / 60
+          for runs in read_curves(path).values()
+          for points in runs.values() if crossing(points, target)]
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--runs', required=True,
                       help='CSV: towers,scaling,seed,steps,ema,raw')
   parser.add_argument('--out', required=True, help='the PNG to write')
+  parser.add_argument('--curves', help='CSV of docs/time_to_target.py '
+                      'evaluations, for the time to the target')
+  parser.add_argument('--cpu_runs', help='the same of cifar10_train.py '
+                      'runs, timed on this CPU')
+  parser.add_argument('--out_time', help='the PNG of the time to the target')
   args = parser.parse_args()
   runs = read_runs(args.runs)
   print_precision(runs)
@@ -226,6 +415,21 @@ def main():
   plot(runs, args.out)
   print()
   print('Wrote', args.out)
+  if args.curves:
+    curves = read_curves(args.curves)
+    best = examples_to_target(curves)
+    cpu = cpu_minutes_to_target(args.cpu_runs) if args.cpu_runs else []
+    print()
+    print_time_to_target(curves)
+    print()
+    print_predicted_minutes(best)
+    if cpu:
+      print()
+      print('This CPU, cifar10_train.py to %.0f%%: %s minutes' % (
+          100 * TARGET, ', '.join('%.1f' % m for m in sorted(cpu))))
+    if args.out_time:
+      plot_time(curves, cpu, best, args.out_time)
+      print('Wrote', args.out_time)
 
 
 if __name__ == '__main__':

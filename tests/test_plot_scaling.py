@@ -61,3 +61,51 @@ def test_model_gains_less_than_the_towers_and_never_beyond_the_input(
   ps = [plot_scaling.machines_step_ms(m, tower_ms, False) for m in (2, 16)]
   ring = [plot_scaling.machines_step_ms(m, tower_ms, True) for m in (2, 16)]
   assert ps[1] - ps[0] > 10 * (ring[1] - ring[0])
+
+
+CURVES = """towers,rate,warmup_epochs,seed,step,examples,epochs,precision,wall_s
+4,none,0,1,98,50176,1.00,0.40,30
+4,none,0,1,196,100352,2.01,0.79,61
+4,none,0,1,294,150528,3.01,0.81,90
+4,none,0,2,98,50176,1.00,0.81,33
+8,linear,2,1,49,50176,1.00,0.30,
+8,linear,2,1,4883,5000192,100.00,0.79,
+8,0.05,5,1,2450,2508800,50.18,0.65,
+"""
+
+
+def test_time_to_target_tables_and_picture(tmp_path):
+  curves = tmp_path / 'curves.csv'
+  curves.write_text(CURVES)
+  cpu = tmp_path / 'cpu.csv'
+  cpu.write_text(CURVES.splitlines()[0] + '\n1,none,0,1,14000,1792000,'
+                 '35.84,0.80,1500\n1,none,0,2,14000,1792000,35.84,0.79,'
+                 '1500\n')
+  out = tmp_path / 'time.png'
+  result = subprocess.run(
+      [sys.executable, os.path.join(REPO, 'docs', 'plot_scaling.py'),
+       '--runs=%s' % os.path.join(REPO, 'docs', 'scaling_precision.csv'),
+       '--out=%s' % (tmp_path / 'scaling.png'), '--curves=%s' % curves,
+       '--cpu_runs=%s' % cpu, '--out_time=%s' % out],
+      capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.splitlines()
+  # Each seed's first evaluation at 80% or more: seed 1 at step 294, seed
+  # 2 at 98; a run that never reached it says how it ended.
+  assert ('| 4 | rate 0.1 unscaled | 2 | 98..294 | 0.05..0.15 | 1.0..3.0 | '
+          'seed 1 reached; seed 2 reached |') in lines
+  assert ('| 8 | linear rule (0.8), 2-epoch warm-up | 1 | - | - | - | seed 1 '
+          'not reached in 100 epochs (best 79.0%) |') in lines
+  assert ('| 8 | linear rule from 0.05 (0.4), 5-epoch warm-up | 1 | - | - | '
+          '- | seed 1 stopped at 50 epochs, below 70% |') in lines
+  # Minutes by the model: the mean examples (100,352) over the predicted
+  # examples/sec; only configurations whose every run reached 80%.
+  expected = 100352 / plot_scaling.examples_per_sec(
+      4, 3.0, plot_scaling.PCIE_GB_S) / 60
+  row = [l for l in lines if l.startswith('| 4 | rate 0.1 unscaled | 0.10 '
+                                          '| 3 |')]
+  assert len(row) == 1 and row[0].split(' | ')[4] == '%.1f' % expected
+  assert not [l for l in lines if l.startswith('| 8 | linear')
+              and '| 3 |' in l]
+  assert 'This CPU, cifar10_train.py to 80%: 25.0 minutes' in lines
+  assert out.read_bytes()[:4] == b'\x89PNG' and out.stat().st_size > 10000

@@ -30,13 +30,13 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import contextlib
 import os
 import re
 import shutil
 import sys
 import tempfile
 
-from absl.testing import flagsaver
 import cifar10
 import cifar10_input
 from machinery import checkpoints
@@ -99,13 +99,6 @@ def image_paths(args):
   return paths, problems
 
 
-# The model flags the exported model is built with, whatever the command
-# line says: channels last and float32 run on every CPU build of
-# TensorFlow (NCHW pooling needs a GPU or oneDNN), and nothing is compiled.
-PORTABLE = {'data_format': 'NHWC', 'use_fp16': False, 'use_bf16': False,
-            'xla': False}
-
-
 def image_from_file(contents):
   """Brings an image file of any size to the model's input, as the
   evaluator's test images (cifar10_input.eval_image).
@@ -160,12 +153,13 @@ class Classifier(object):
 
     Args:
       checkpoint_path: the checkpoint to restore.
-      portable: build with PORTABLE's model flags (for export) instead of
-        the command line's.
+      portable: build it as every CPU build of TensorFlow runs it
+        (options.portable(): for export), whatever the command line's
+        model flags.
     """
     self.graph = tf.Graph()
-    with self.graph.as_default(), flagsaver.flagsaver(
-        **(PORTABLE if portable else {})):
+    with self.graph.as_default(), (
+        options.portable() if portable else contextlib.nullcontext()):
       self.images = tf1.placeholder(tf.string, [None], name='images')
       # Each file decoded and prepared as the evaluator's test images, on
       # the CPU, like the evaluator's input pipeline.
@@ -277,8 +271,8 @@ def _why_undecodable(reason):
 def _model_failed(error):
   """Makes the ModelError of a model that failed on images that decode."""
   # The flags that change how the model is built, as given.
-  changed = ['--%s=%s' % (name, FLAGS[name].value)
-             for name in sorted(PORTABLE) if FLAGS[name].present]
+  changed = ['--%s=%s' % (name, getattr(FLAGS, name))
+             for name in sorted(options.BUILD_FLAGS) if FLAGS[name].present]
   return errors.ModelError(
       'The model failed on images that decode: %s. %s' % (
           errors.tf_reason(error),

@@ -9,12 +9,17 @@ cifar10.py builds the model with them in one line each:
   def inference(images): ...
   conv = tf.nn.conv2d(..., data_format=data_format())
   scale = loss_scale()                        # --use_fp16's loss scaling
+
+and with portable(): builds the model in float32, channels last and
+uncompiled whatever the flags say (the SavedModel cifar10_predict.py
+exports, which every CPU build of TensorFlow runs).
 """
 
 from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import contextlib
 import functools
 
 from machinery import hardware
@@ -55,6 +60,26 @@ flags.DEFINE_boolean('xla', False,
                      'XLA.')
 
 
+# The flags that change how the model is built (portable() sets them
+# aside).
+BUILD_FLAGS = ('data_format', 'use_fp16', 'use_bf16', 'xla')
+
+# Holds True while the model is built portable (portable()).
+_portable = []
+
+
+@contextlib.contextmanager
+def portable():
+  """Inside the block, the model is built in float32, channels last (NHWC)
+  and uncompiled, whatever BUILD_FLAGS say: as every CPU build of
+  TensorFlow runs it (NCHW pooling needs a GPU or oneDNN)."""
+  _portable.append(True)
+  try:
+    yield
+  finally:
+    _portable.pop()
+
+
 def _is_positive_number(text):
   """Returns whether text reads as a number above zero."""
   try:
@@ -71,6 +96,8 @@ def precision_notice():
 
 def compute_dtype():
   """Returns the dtype the model computes in, per --use_fp16/--use_bf16."""
+  if _portable:
+    return tf.float32
   if FLAGS.use_fp16:
     return tf.float16
   if FLAGS.use_bf16:
@@ -88,7 +115,7 @@ def data_format():
   built for the device of the current device scope (a tower's), or, with
   none, for a GPU where one is visible (TensorFlow places it there).
   """
-  fmt = FLAGS.data_format
+  fmt = 'NHWC' if _portable else FLAGS.data_format
   if fmt != 'auto':
     return fmt
   if compute_dtype() != tf.float32:
@@ -125,7 +152,7 @@ def compiled(build):
   """
   @functools.wraps(build)
   def build_compiled(*args, **kwargs):
-    if not FLAGS.xla:
+    if _portable or not FLAGS.xla:
       return build(*args, **kwargs)
     with tf1.xla.experimental.jit_scope():
       return build(*args, **kwargs)

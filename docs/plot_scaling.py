@@ -282,12 +282,20 @@ def rate_label(towers, rate, warmup):
       warmup)
 
 
-def print_time_to_target(curves, target=TARGET):
+def print_time_to_target(curves, cpu_curves=None, target=TARGET):
   """Prints a row per configuration: its seeds' steps, examples and epochs
-  to target (min..max), or how the runs ended."""
+  to target (min..max), or how the runs ended; then cpu_curves' rows (of
+  cifar10_train.py), so named."""
   print('| towers | learning rate | seeds | steps to %.0f%% | examples '
         '(millions) | epochs | runs |' % (100 * target))
   print('| ---: | --- | ---: | --- | --- | --- | --- |')
+  _print_target_rows(curves, '', target)
+  _print_target_rows(cpu_curves or {}, ', cifar10_train.py', target)
+
+
+def _print_target_rows(curves, trainer, target):
+  """Prints print_time_to_target's rows of curves, trainer after the
+  towers."""
   for key in sorted(curves, key=lambda k: (k[0], k[1] != 'none', k)):
     runs = curves[key]
     hits = [crossing(points, target) for points in runs.values()]
@@ -295,8 +303,8 @@ def print_time_to_target(curves, target=TARGET):
     def spread(i, scale=1, fmt='%d'):
       values = [hit[i] / scale for hit in hits]
       return (fmt + '..' + fmt) % (min(values), max(values)) if hits else '-'
-    print('| %d | %s | %d | %s | %s | %s | %s |' % (
-        key[0], rate_label(*key), len(runs), spread(0),
+    print('| %d%s | %s | %d | %s | %s | %s | %s |' % (
+        key[0], trainer, rate_label(*key), len(runs), spread(0),
         spread(1, 1e6, '%.2f'), spread(2, 1, '%.1f'), '; '.join(
             'seed %d %s' % (seed, run_end(points, target))
             for seed, points in sorted(runs.items()))))
@@ -388,12 +396,12 @@ def plot_time(curves, cpu_minutes, best, out, target=TARGET):
   fig.savefig(out, dpi=100)
 
 
-def cpu_minutes_to_target(path, target=TARGET):
-  """Returns the minutes each run in path (docs/time_to_target.py's
+def cpu_minutes_to_target(cpu_curves, target=TARGET):
+  """Returns the minutes each run of cpu_curves (docs/time_to_target.py's
   evaluations of cifar10_train.py runs) took to its first checkpoint at
   target or more."""
   return [crossing(points, target)[4] / 60
-          for runs in read_curves(path).values()
+          for runs in cpu_curves.values()
           for points in runs.values() if crossing(points, target)]
 
 
@@ -417,10 +425,14 @@ def main():
   print('Wrote', args.out)
   if args.curves:
     curves = read_curves(args.curves)
+    cpu_curves = read_curves(args.cpu_runs) if args.cpu_runs else {}
     best = examples_to_target(curves)
-    cpu = cpu_minutes_to_target(args.cpu_runs) if args.cpu_runs else []
+    # One tower of cifar10_train.py is the multi-GPU trainer's one tower.
+    for towers, (examples, label) in examples_to_target(cpu_curves).items():
+      best.setdefault(towers, (examples, label + ', cifar10_train.py'))
+    cpu = cpu_minutes_to_target(cpu_curves)
     print()
-    print_time_to_target(curves)
+    print_time_to_target(curves, cpu_curves)
     print()
     print_predicted_minutes(best)
     if cpu:

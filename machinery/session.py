@@ -31,6 +31,7 @@ from __future__ import print_function
 
 import contextlib
 import functools
+import math
 
 from machinery import checkpoints
 from machinery import console
@@ -322,14 +323,19 @@ def _as_one_error(role):
 
 
 def _diverged(error, is_chief):
-  """Makes the DivergedError of a NaN loss (a step_hooks.NanLossError)."""
+  """Makes the DivergedError of a NaN loss (a step_hooks.NanLossError): it
+  names --initial_learning_rate and, where scaling or a warm-up made the
+  step's rate another, that rate."""
+  rate = '%g' % error.learning_rate
+  if error.step_rate is not None and not math.isclose(
+      error.step_rate, error.learning_rate, rel_tol=1e-4):
+    rate += '; the rate at step %d was %g' % (error.step, error.step_rate)
   return errors.DivergedError(
       'Model diverged with loss = %s at step %d. The last good checkpoint, '
-      '%s, is kept. Lower --initial_learning_rate (now %g) and run again to '
+      '%s, is kept. Lower --initial_learning_rate (now %s) and run again to '
       'resume from it.' % (error.value, error.step,
                            checkpoints.rewind_to_finite(FLAGS.train_dir)
-                           if is_chief else 'of the chief',
-                           error.learning_rate))
+                           if is_chief else 'of the chief', rate))
 
 
 def _write_error(error):

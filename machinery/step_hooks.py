@@ -29,6 +29,8 @@ import tensorflow as tf
 # writes it.
 from tensorflow.python.client import timeline  # pylint: disable=g-direct-tensorflow-import
 
+from machinery import summaries
+
 tf1 = tf.compat.v1
 
 
@@ -39,13 +41,16 @@ class NanLossError(Exception):
     step: the step whose loss it was.
     value: the loss.
     learning_rate: the run's --initial_learning_rate, to say what to lower.
+    step_rate: the rate that step used (its 'learning_rate' summary, scaled
+      and warmed up), or None in a graph without that summary.
   """
 
-  def __init__(self, step, value, learning_rate):
+  def __init__(self, step, value, learning_rate, step_rate):
     super(NanLossError, self).__init__('step %d, loss = %s' % (step, value))
     self.step = step
     self.value = value
     self.learning_rate = learning_rate
+    self.step_rate = step_rate
 
 
 class _StepCounter(tf1.train.SessionRunHook):
@@ -63,19 +68,28 @@ class _StepCounter(tf1.train.SessionRunHook):
 
 class NanLossHook(_StepCounter):
   """Stops training with NanLossError when the loss is not finite; the
-  error names learning_rate (--initial_learning_rate) as what to lower."""
+  error names learning_rate (--initial_learning_rate) as what to lower, and
+  the rate the step used (the graph's 'learning_rate' summary): with
+  --learning_rate_scaling or a warm-up the two differ."""
 
   def __init__(self, loss, learning_rate):
     super(NanLossHook, self).__init__()
-    self._loss = loss
+    self._fetches = {'loss': loss}
     self._learning_rate = learning_rate
 
+  def begin(self):
+    rate = summaries.summarized('learning_rate')
+    if rate is not None:
+      self._fetches['rate'] = rate
+
   def before_run(self, run_context):
-    return tf1.train.SessionRunArgs(self._loss)
+    return tf1.train.SessionRunArgs(self._fetches)
 
   def after_run(self, run_context, run_values):
-    if not math.isfinite(run_values.results):
-      raise NanLossError(self.step, run_values.results, self._learning_rate)
+    loss = run_values.results['loss']
+    if not math.isfinite(loss):
+      raise NanLossError(self.step, loss, self._learning_rate,
+                         run_values.results.get('rate'))
     super(NanLossHook, self).after_run(run_context, run_values)
 
 

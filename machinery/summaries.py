@@ -36,6 +36,17 @@ def scalar_summary(tag, value):
       tags=tag, values=value, name=_op_name(tag)))
 
 
+def summarized(tag):
+  """Returns the tensor that the default graph's scalar summary tagged
+  `tag` summarizes (e.g. 'learning_rate'), or None where there is none."""
+  for summary in tf1.get_collection(tf1.GraphKeys.SUMMARIES):
+    op = summary.op
+    if (op.type == 'ScalarSummary' and
+        tf.get_static_value(op.inputs[0]) == tag.encode()):
+      return op.inputs[1]
+  return None
+
+
 def histogram_summary(tag, values):
   """Adds a histogram summary tagged exactly `tag` (see scalar_summary).
 

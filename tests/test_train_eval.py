@@ -228,6 +228,21 @@ def test_sigterm_saves_checkpoint_at_current_step(real_data_dir, tmp_path):
   assert checkpoint_step(train_dir) == steps[-1] + 1 >= 25
 
 
+def test_nan_loss_names_the_rate_that_scaling_made(real_data_dir, tmp_path):
+  # Two towers of 16 by the linear rule: the step's rate is 1e5 * 32 / 128.
+  result = run_script('cifar10_multi_gpu_train.py', '--num_gpus=2',
+                      '--virtual_gpus', '--data_dir=' + real_data_dir,
+                      '--train_dir=' + str(tmp_path / 'train'),
+                      '--batch_size=16', '--max_steps=200',
+                      '--initial_learning_rate=1e5',
+                      '--learning_rate_scaling=linear')
+  assert result.returncode == 1
+  lines = error_lines(result.stderr)
+  assert len(lines) == 1 and 'Traceback' not in result.stderr
+  assert re.search(r'Lower --initial_learning_rate \(now 100000; the rate '
+                   r'at step \d+ was 25000\)', lines[0]), lines[0]
+
+
 def test_nan_loss_stops_with_one_line_and_keeps_checkpoint(real_data_dir,
                                                            tmp_path):
   train_dir = str(tmp_path / 'train')

@@ -222,8 +222,16 @@ def run(args):
   stop(trainer)
   stop(evaluator)
   log.close()
-  return done or 'trainer ended (exit %s) before the run did' % (
-      trainer.returncode)
+  return done or 'trainer ended (exit %s) before the run did%s' % (
+      trainer.returncode, last_error(log.name))
+
+
+def last_error(log_path):
+  """Returns ': ' and the last 'Error: ' line of the log at log_path (a
+  diverged trainer's names the step and the rate), or ''."""
+  with open(log_path) as f:
+    errors = [line.strip() for line in f if line.startswith('Error: ')]
+  return ': ' + errors[-1] if errors else ''
 
 
 if __name__ == '__main__':

@@ -1,0 +1,86 @@
+"""Prints a run's learning rate and its ReLUs' sparsity, step by step.
+
+The tutorial's trainers summarize, every 100 steps, the learning rate and
+each layer's sparsity: the fraction of its ReLU outputs that are zero
+(TensorBoard's 'conv2/sparsity'). A layer whose sparsity nears 1 has
+stopped passing anything on. docs/scaling.md reads eight towers' failure
+at the linear rule's rate from this table:
+
+    python docs/sparsity.py --train_dir=R/train --every=200
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import argparse
+import collections
+import glob
+import os
+import sys
+
+LAYERS = ('conv1', 'conv2', 'local3', 'local4')
+
+
+def parse_args(argv):
+  """Returns the command line's arguments."""
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  p.add_argument('--train_dir', required=True,
+                 help='a trainer\'s --train_dir (its event files)')
+  p.add_argument('--every', type=int, default=100,
+                 help='print a row every this many steps')
+  p.add_argument('--last_step', type=int, default=None,
+                 help='print no row after this step')
+  return p.parse_args(argv)
+
+
+def read_summaries(train_dir):
+  """Returns {step: {tag: value}} of the learning rate and the layers'
+  sparsity in train_dir's event files."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  wanted = {'learning_rate'} | {layer + '/sparsity' for layer in LAYERS}
+  found = collections.defaultdict(dict)
+  paths = sorted(glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')))
+  if not paths:
+    sys.exit('Error: no event files in --train_dir=%s: give the directory '
+             'a trainer wrote.' % train_dir)
+  for path in paths:
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+          if value.tag in wanted:
+            found[event.step][value.tag] = value.simple_value
+    except tf.errors.DataLossError:
+      pass  # A running trainer is writing the last record: read up to it.
+  return found
+
+
+def table(found, every, last_step=None):
+  """Returns the Markdown table's lines: a row per `every` steps."""
+  lines = ['| step | learning rate | %s |' % ' | '.join(LAYERS),
+           '| ---: | ---: |' + ' ---: |' * len(LAYERS)]
+  next_row = 0
+  for step in sorted(found):
+    if step < next_row or (last_step is not None and step > last_step):
+      continue
+    next_row = (step // every + 1) * every
+    values = found[step]
+    lines.append('| %d | %s | %s |' % (
+        step, _value(values, 'learning_rate'),
+        ' | '.join(_value(values, layer + '/sparsity') for layer in LAYERS)))
+  return lines
+
+
+def _value(values, tag):
+  """Returns values[tag] to 3 digits, or '-' where the step has none."""
+  return '%.3f' % values[tag] if tag in values else '-'
+
+
+def main(argv):
+  args = parse_args(argv)
+  print('\n'.join(table(read_summaries(args.train_dir), args.every,
+                        args.last_step)))
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

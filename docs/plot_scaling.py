@@ -27,6 +27,7 @@ docs/scaling.md:
 import argparse
 import collections
 import csv
+import math
 
 import matplotlib
 matplotlib.use('Agg')
@@ -256,11 +257,14 @@ def crossing(points, target=TARGET):
 
 
 def run_end(points, target=TARGET):
-  """Words how a run ended: its crossing, or why it has none."""
+  """Words how a run ended: its crossing, or why it has none (a last
+  precision of nan: the loss diverged there)."""
   reached = crossing(points, target)
   if reached:
     return 'reached'
-  best = 100 * max(p[3] for p in points)
+  best = 100 * max(p[3] for p in points if not math.isnan(p[3]))
+  if math.isnan(points[-1][3]):
+    return 'diverged at %.1f epochs (best %.1f%%)' % (points[-1][2], best)
   if points[-1][2] >= MAX_EPOCHS - 0.01:
     return 'not reached in %d epochs (best %.1f%%)' % (MAX_EPOCHS, best)
   if points[-1][2] >= GIVE_UP_EPOCHS and best < 100 * GIVE_UP_BELOW:

@@ -15,7 +15,9 @@ how the run ended. Run it again on the same --out_dir to resume.
 Its CSV, one line per evaluated checkpoint: towers, rate (none, linear or
 the --initial_learning_rate given), warmup_epochs, seed, step, examples,
 epochs, precision, and wall_s: seconds from this command's start to the
-checkpoint's write (blank after a resume, which breaks the clock).
+checkpoint's write (blank after a resume, which breaks the clock). A
+run whose loss diverged ends with a row of precision nan at the step that
+diverged.
 """
 
 from __future__ import absolute_import
@@ -124,8 +126,10 @@ def outcome(args, curve):
   """Returns the line that ends the run, or None while it goes on."""
   if not curve:
     return None
-  best = max(curve, key=lambda r: float(r['precision']))
   last = curve[-1]
+  if math.isnan(float(last['precision'])):
+    return 'diverged at step %s, %s epochs' % (last['step'], last['epochs'])
+  best = max(curve, key=lambda r: float(r['precision']))
   for row in curve:
     if float(row['precision']) >= args.target:
       return ('reached %.1f%% at step %s: %s examples, %s epochs%s' % (
@@ -163,19 +167,32 @@ def append_rows(path, rows):
 
 def new_rows(args, found, written, times, start, resumed):
   """Returns CSV rows for the evaluations not yet in the CSV, in step order."""
-  rate = ('%g' % args.initial_learning_rate if args.initial_learning_rate
-          is not None else args.learning_rate_scaling)
   rows = []
   for step in sorted(s for s in found if s not in written):
-    examples = step * BATCH_SIZE * args.towers
     wall = '' if resumed or step not in times else '%.0f' % (
         times[step] - start)
-    rows.append(dict(towers=args.towers, rate=rate,
-                     warmup_epochs='%g' % args.warmup_epochs, seed=args.seed,
-                     step=step, examples=examples,
-                     epochs='%.2f' % (examples / EXAMPLES_PER_EPOCH),
-                     precision='%.4f' % found[step], wall_s=wall))
+    rows.append(row(args, step, '%.4f' % found[step], wall))
   return rows
+
+
+def row(args, step, precision, wall):
+  """Returns the CSV row of the evaluation of step's checkpoint."""
+  examples = step * BATCH_SIZE * args.towers
+  rate = ('%g' % args.initial_learning_rate if args.initial_learning_rate
+          is not None else args.learning_rate_scaling)
+  return dict(towers=args.towers, rate=rate,
+              warmup_epochs='%g' % args.warmup_epochs, seed=args.seed,
+              step=step, examples=examples,
+              epochs='%.2f' % (examples / EXAMPLES_PER_EPOCH),
+              precision=precision, wall_s=wall)
+
+
+def diverged_rows(args, log_path):
+  """Returns [the row of precision nan at the step the trainer's loss
+  diverged], from the trainer's Error line in the log, or []."""
+  match = re.search(r'^Error: Model diverged with loss = \S+ at step (\d+)',
+                    last_error(log_path), re.M)
+  return [row(args, int(match.group(1)), 'nan', '')] if match else []
 
 
 def stop(process):
@@ -222,16 +239,20 @@ def run(args):
   stop(trainer)
   stop(evaluator)
   log.close()
-  return done or 'trainer ended (exit %s) before the run did%s' % (
-      trainer.returncode, last_error(log.name))
+  if not done:
+    rows = diverged_rows(args, log.name)
+    append_rows(csv_path, rows)
+    done = outcome(args, curve + rows)
+  return done or 'trainer ended (exit %s) before the run did: %s' % (
+      trainer.returncode, last_error(log.name) or 'no Error line')
 
 
 def last_error(log_path):
-  """Returns ': ' and the last 'Error: ' line of the log at log_path (a
-  diverged trainer's names the step and the rate), or ''."""
+  """Returns the last 'Error: ' line of the log at log_path (a diverged
+  trainer's names the step and the rate), or ''."""
   with open(log_path) as f:
     errors = [line.strip() for line in f if line.startswith('Error: ')]
-  return ': ' + errors[-1] if errors else ''
+  return errors[-1] if errors else ''
 
 
 if __name__ == '__main__':

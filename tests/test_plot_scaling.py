@@ -71,6 +71,8 @@ CURVES = """towers,rate,warmup_epochs,seed,step,examples,epochs,precision,wall_s
 8,linear,2,1,49,50176,1.00,0.30,
 8,linear,2,1,4883,5000192,100.00,0.79,
 8,0.05,5,1,2450,2508800,50.18,0.65,
+8,linear,5,1,98,100352,2.01,0.31,
+8,linear,5,1,156,159744,3.19,nan,
 """
 
 
@@ -98,6 +100,9 @@ def test_time_to_target_tables_and_picture(tmp_path):
           'not reached in 100 epochs (best 79.0%) |') in lines
   assert ('| 8 | linear rule from 0.05 (0.4), 5-epoch warm-up | 1 | - | - | '
           '- | seed 1 stopped at 50 epochs, below 70% |') in lines
+  # A last precision of nan: the loss diverged at that step.
+  assert ('| 8 | linear rule (0.8), 5-epoch warm-up | 1 | - | - | - | seed 1 '
+          'diverged at 3.2 epochs (best 31.0%) |') in lines
   # Minutes by the model: the mean examples (100,352) over the predicted
   # examples/sec; only configurations whose every run reached 80%.
   expected = 100352 / plot_scaling.examples_per_sec(

@@ -354,26 +354,12 @@ def print_predicted_minutes(best):
           machines[0], machines[1]))
 
 
-def plot_time(curves, cpu_minutes, best, out, target=TARGET):
+def plot_time(curves, cpu_curves, best, out, target=TARGET):
   """Draws precision against examples (left) and minutes to target against
   GPUs, predicted, with this CPU's measured minutes (right), into out."""
   fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
-  colors = dict(zip(TOWERS, ('black', 'tab:blue', 'tab:green', 'tab:red')))
-  styles = {}
-  for key in sorted(curves, key=lambda k: (k[0], k[1] != 'none', k)):
-    style = styles.setdefault((key[1], key[2]), ('-', '--', ':', '-.')[
-        len(styles) % 4])
-    for i, (seed, points) in enumerate(sorted(curves[key].items())):
-      left.plot([p[1] / 1e6 for p in points], [100 * p[3] for p in points],
-                style, color=colors.get(key[0], 'gray'), lw=1,
-                label=None if i else '%d tower(s), %s' % (
-                    key[0], rate_label(*key)))
-  left.axhline(100 * target, color='gray', lw=0.8)
-  left.set_ylim(40, 85)
-  left.set_xlabel('training examples (millions; 50,000 an epoch)')
-  left.set_ylabel('precision @ 1, moving averages, %')
-  left.legend(fontsize=7, loc='lower right')
-  left.grid(alpha=0.3)
+  _plot_curves(left, curves, cpu_curves, target)
+  cpu_minutes = cpu_minutes_to_target(cpu_curves, target)
   gpus = sorted(best)
   for tower_ms, style in zip(TOWER_MS[:2], ('-', '--')):
     for link, name, replicated in ((PCIE_GB_S, 'PCIe, ps', False),
@@ -398,6 +384,38 @@ def plot_time(curves, cpu_minutes, best, out, target=TARGET):
   right.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(out, dpi=100)
+
+
+def _plot_curves(axes, curves, cpu_curves, target):
+  """Draws each run's precision against its examples on axes, a color per
+  number of towers, a line style per rate; cifar10_train.py's runs (one
+  tower) in black; an x where a run's loss diverged."""
+  colors = dict(zip(TOWERS, ('black', 'tab:blue', 'tab:green', 'tab:red')))
+  styles = {}
+  named = [(key, runs, '') for key, runs in sorted(
+      curves.items(), key=lambda item: (item[0][0], item[0][1] != 'none',
+                                        item[0]))]
+  named += [(key, runs, ', cifar10_train.py')
+            for key, runs in sorted(cpu_curves.items())]
+  for key, runs, trainer in named:
+    style = styles.setdefault((key[1], key[2]), ('-', '--', ':', '-.')[
+        len(styles) % 4])
+    color = colors.get(key[0], 'gray')
+    for i, (_, points) in enumerate(sorted(runs.items())):
+      finite = [p for p in points if not math.isnan(p[3])]
+      axes.plot([p[1] / 1e6 for p in finite], [100 * p[3] for p in finite],
+                style, color=color, lw=1, label=None if i else
+                '%d tower(s)%s, %s' % (key[0], trainer, rate_label(*key)))
+      if len(finite) < len(points):
+        axes.plot(finite[-1][1] / 1e6, 100 * finite[-1][3], 'x',
+                  color=color, ms=8)
+  axes.axhline(100 * target, color='gray', lw=0.8)
+  axes.set_ylim(0, 85)
+  axes.set_xlabel('training examples (millions; 50,000 an epoch); '
+                  'x: the loss diverged')
+  axes.set_ylabel('precision @ 1, moving averages, %')
+  axes.legend(fontsize=7, loc='lower right')
+  axes.grid(alpha=0.3)
 
 
 def cpu_minutes_to_target(cpu_curves, target=TARGET):
@@ -444,7 +462,7 @@ def main():
       print('This CPU, cifar10_train.py to %.0f%%: %s minutes' % (
           100 * TARGET, ', '.join('%.1f' % m for m in sorted(cpu))))
     if args.out_time:
-      plot_time(curves, cpu, best, args.out_time)
+      plot_time(curves, cpu_curves, best, args.out_time)
       print('Wrote', args.out_time)
 
 

@@ -251,6 +251,12 @@ def read_curves(path):
   return curves
 
 
+def config_order(key):
+  """Orders configurations (towers, rate, warm-up): by towers, the
+  unscaled rate first."""
+  return key[0], key[1] != 'none', key
+
+
 def crossing(points, target=TARGET):
   """Returns the first evaluation of a run at target or more, or None."""
   return next((p for p in points if p[3] >= target), None)
@@ -300,7 +306,7 @@ def print_time_to_target(curves, cpu_curves=None, target=TARGET):
 def _print_target_rows(curves, trainer, target):
   """Prints print_time_to_target's rows of curves, trainer after the
   towers."""
-  for key in sorted(curves, key=lambda k: (k[0], k[1] != 'none', k)):
+  for key in sorted(curves, key=config_order):
     runs = curves[key]
     hits = [crossing(points, target) for points in runs.values()]
     hits = [hit for hit in hits if hit]
@@ -354,12 +360,11 @@ def print_predicted_minutes(best):
           machines[0], machines[1]))
 
 
-def plot_time(curves, cpu_curves, best, out, target=TARGET):
+def plot_time(curves, cpu_curves, cpu_minutes, best, out, target=TARGET):
   """Draws precision against examples (left) and minutes to target against
   GPUs, predicted, with this CPU's measured minutes (right), into out."""
   fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
   _plot_curves(left, curves, cpu_curves, target)
-  cpu_minutes = cpu_minutes_to_target(cpu_curves, target)
   gpus = sorted(best)
   for tower_ms, style in zip(TOWER_MS[:2], ('-', '--')):
     for link, name, replicated in ((PCIE_GB_S, 'PCIe, ps', False),
@@ -392,9 +397,7 @@ def _plot_curves(axes, curves, cpu_curves, target):
   tower) in black; an x where a run's loss diverged."""
   colors = dict(zip(TOWERS, ('black', 'tab:blue', 'tab:green', 'tab:red')))
   styles = {}
-  named = [(key, runs, '') for key, runs in sorted(
-      curves.items(), key=lambda item: (item[0][0], item[0][1] != 'none',
-                                        item[0]))]
+  named = [(key, curves[key], '') for key in sorted(curves, key=config_order)]
   named += [(key, runs, ', cifar10_train.py')
             for key, runs in sorted(cpu_curves.items())]
   for key, runs, trainer in named:
@@ -462,7 +465,7 @@ def main():
       print('This CPU, cifar10_train.py to %.0f%%: %s minutes' % (
           100 * TARGET, ', '.join('%.1f' % m for m in sorted(cpu))))
     if args.out_time:
-      plot_time(curves, cpu_curves, best, args.out_time)
+      plot_time(curves, cpu_curves, cpu, best, args.out_time)
       print('Wrote', args.out_time)
 
 

@@ -14,10 +14,11 @@ from __future__ import division
 from __future__ import print_function
 
 import argparse
-import collections
 import glob
 import os
 import sys
+
+import event_files
 
 LAYERS = ('conv1', 'conv2', 'local3', 'local4')
 
@@ -37,22 +38,11 @@ def parse_args(argv):
 def read_summaries(train_dir):
   """Returns {step: {tag: value}} of the learning rate and the layers'
   sparsity in train_dir's event files."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  wanted = {'learning_rate'} | {layer + '/sparsity' for layer in LAYERS}
-  found = collections.defaultdict(dict)
-  paths = sorted(glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')))
-  if not paths:
+  if not glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
     sys.exit('Error: no event files in --train_dir=%s: give the directory '
              'a trainer wrote.' % train_dir)
-  for path in paths:
-    try:
-      for event in tf.compat.v1.train.summary_iterator(path):
-        for value in event.summary.value:
-          if value.tag in wanted:
-            found[event.step][value.tag] = value.simple_value
-    except tf.errors.DataLossError:
-      pass  # A running trainer is writing the last record: read up to it.
-  return found
+  return event_files.scalars(train_dir, {'learning_rate'} | {
+      layer + '/sparsity' for layer in LAYERS})
 
 
 def table(found, every, last_step=None):

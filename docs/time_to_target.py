@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+import event_files
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 EXAMPLES_PER_EPOCH = 50000
@@ -43,6 +45,8 @@ POLL_SECS = 5
 # The evaluator's priority: low, but high enough to evaluate every epoch's
 # checkpoint before the next (at 19 it starves beside the trainer).
 NICE = 5
+# The evaluator's summary of the precision.
+TAG = 'Precision @ 1'
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s']
 
@@ -100,17 +104,8 @@ def commands(args):
 
 def evaluations(eval_dir):
   """Returns {global step: precision @ 1} from the evaluator's event files."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  found = {}
-  for path in glob.glob(os.path.join(eval_dir, 'events.out.tfevents.*')):
-    try:
-      for event in tf.compat.v1.train.summary_iterator(path):
-        for value in event.summary.value:
-          if value.tag == 'Precision @ 1':
-            found[event.step] = value.simple_value
-    except tf.errors.DataLossError:
-      pass  # The evaluator is writing the last record; read it next time.
-  return found
+  return {step: values[TAG] for step, values in
+          event_files.scalars(eval_dir, {TAG}).items()}
 
 
 def checkpoint_times(train_dir, seen):
@@ -190,8 +185,8 @@ def row(args, step, precision, wall):
 def diverged_rows(args, log_path):
   """Returns [the row of precision nan at the step the trainer's loss
   diverged], from the trainer's Error line in the log, or []."""
-  match = re.search(r'^Error: Model diverged with loss = \S+ at step (\d+)',
-                    last_error(log_path), re.M)
+  match = re.match(r'Error: Model diverged with loss = \S+ at step (\d+)',
+                   last_error(log_path))
   return [row(args, int(match.group(1)), 'nan', '')] if match else []
 
 

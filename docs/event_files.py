@@ -1,0 +1,31 @@
+"""Reads scalar summaries from a directory of TensorBoard event files.
+
+The docs' scripts read runs while they are still being written: a
+trainer's or evaluator's last record may be half written, so each file is
+read up to it.
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import collections
+import glob
+import os
+
+
+def scalars(directory, tags):
+  """Returns {step: {tag: value}} of the scalar summaries tagged one of
+  tags in directory's event files ({} where there are none)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  found = collections.defaultdict(dict)
+  for path in sorted(glob.glob(os.path.join(directory,
+                                            'events.out.tfevents.*'))):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+          if value.tag in tags:
+            found[event.step][value.tag] = value.simple_value
+    except tf.errors.DataLossError:
+      pass  # A run is writing the last record: read up to it.
+  return found

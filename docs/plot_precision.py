@@ -15,7 +15,6 @@ Usage (matplotlib comes with requirements-dev.txt), the picture in README:
 
 import argparse
 import csv
-import glob
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -27,6 +26,8 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 tf.get_logger().setLevel('ERROR')  # TF2's notes on the TF1 event reader.
+
+import event_files  # pylint: disable=g-import-not-at-top
 
 TAG = 'Precision @ 1'
 # The tutorial's published results: (step, precision, what).
@@ -43,18 +44,14 @@ def read_curve(path):
   Returns:
     A list of (step, precision).
   """
-  points = {}
   if os.path.isdir(path):
-    for events in sorted(glob.glob(os.path.join(path, 'events.out.*'))):
-      for event in tf.compat.v1.train.summary_iterator(events):
-        for value in event.summary.value:
-          if value.tag == TAG:
-            points[event.step] = value.simple_value
-  else:
-    with open(path) as f:
-      for row in csv.reader(f):
-        if row and not row[0].startswith('#'):
-          points[int(row[0])] = float(row[1])
+    return sorted((step, values[TAG]) for step, values in
+                  event_files.scalars(path, {TAG}).items())
+  points = {}
+  with open(path) as f:
+    for row in csv.reader(f):
+      if row and not row[0].startswith('#'):
+        points[int(row[0])] = float(row[1])
   return sorted(points.items())
 
 

@@ -294,25 +294,28 @@ def rate_label(towers, rate, warmup):
 
 def print_time_to_target(curves, cpu_curves=None, target=TARGET):
   """Prints a row per configuration: its seeds' steps, examples and epochs
-  to target (min..max), or how the runs ended; then cpu_curves' rows (of
-  cifar10_train.py), so named."""
+  to target (min..max, one value where they agree), or how the runs
+  ended; cpu_curves' rows (of cifar10_train.py, so named) first."""
   print('| towers | learning rate | seeds | steps to %.0f%% | examples '
         '(millions) | epochs | runs |' % (100 * target))
   print('| ---: | --- | ---: | --- | --- | --- | --- |')
-  _print_target_rows(curves, '', target)
   _print_target_rows(cpu_curves or {}, ', cifar10_train.py', target)
+  _print_target_rows(curves, '', target)
 
 
 def _print_target_rows(curves, trainer, target):
   """Prints print_time_to_target's rows of curves, trainer after the
-  towers."""
+  towers; a spread of one value as that value."""
   for key in sorted(curves, key=config_order):
     runs = curves[key]
     hits = [crossing(points, target) for points in runs.values()]
     hits = [hit for hit in hits if hit]
     def spread(i, scale=1, fmt='%d'):
-      values = [hit[i] / scale for hit in hits]
-      return (fmt + '..' + fmt) % (min(values), max(values)) if hits else '-'
+      if not hits:
+        return '-'
+      low, high = (fmt % (f([hit[i] for hit in hits]) / scale)
+                   for f in (min, max))
+      return low if low == high else low + '..' + high
     print('| %d%s | %s | %d | %s | %s | %s | %s |' % (
         key[0], trainer, rate_label(*key), len(runs), spread(0),
         spread(1, 1e6, '%.2f'), spread(2, 1, '%.1f'), '; '.join(

@@ -98,6 +98,12 @@ def test_time_to_target_tables_and_picture(tmp_path):
           'seed 1 reached; seed 2 reached |') in lines
   assert ('| 8 | linear rule (0.8), 2-epoch warm-up | 1 | - | - | - | seed 1 '
           'not reached in 100 epochs (best 79.0%) |') in lines
+  # One tower of cifar10_train.py leads the table; where one run reached
+  # 80%, its figures stand alone (no "14000..14000").
+  header = lines.index('| ---: | --- | ---: | --- | --- | --- | --- |')
+  assert lines[header + 1] == (
+      '| 1, cifar10_train.py | rate 0.1 unscaled | 2 | 14000 | 1.79 | 35.8 | '
+      'seed 1 reached; seed 2 stopped at 36 epochs (best 79.0%) |')
   assert ('| 8 | linear rule from 0.05 (0.4), 5-epoch warm-up | 1 | - | - | '
           '- | seed 1 stopped at 50 epochs, below 70% |') in lines
   # A last precision of nan: the loss diverged at that step.

@@ -344,12 +344,12 @@ def predicted_minutes(examples, towers, tower_ms, link_gb_s, replicated):
                                      replicated) / 60
 
 
-def print_predicted_minutes(best):
+def print_predicted_minutes(best, target=TARGET):
   """Prints the predicted minutes to the target for N GPUs and M machines,
   from examples_to_target's result."""
-  print('| GPUs | learning rate | examples to the target (millions) | tower '
+  print('| GPUs | learning rate | examples to %.0f%% (millions) | tower '
         'ms | PCIe, ps | NVLink, replicated | machines over 10 Gbit/s, one '
-        'ps task | all-reduce |')
+        'ps task | all-reduce |' % (100 * target))
   print('| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |')
   for towers in sorted(best):
     examples, label = best[towers]

@@ -13,6 +13,10 @@ import collections
 import glob
 import os
 
+# cifar10_eval.py's summary of precision @ 1 (its PRECISION_TAG), which
+# the docs' scripts read from an --eval_dir.
+PRECISION_TAG = 'Precision @ 1'
+
 
 def scalars(directory, tags):
   """Returns {step: {tag: value}} of the scalar summaries tagged one of

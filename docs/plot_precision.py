@@ -29,7 +29,7 @@ tf.get_logger().setLevel('ERROR')  # TF2's notes on the TF1 event reader.
 
 import event_files  # pylint: disable=g-import-not-at-top
 
-TAG = 'Precision @ 1'
+TAG = event_files.PRECISION_TAG
 # The tutorial's published results: (step, precision, what).
 TUTORIAL = [(30000, 0.84, 'tutorial, 2-4 GPUs: ~84% at 30K steps'),
             (100000, 0.86, 'tutorial, 1 GPU: ~86% at 100K steps')]

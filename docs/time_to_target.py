@@ -45,8 +45,6 @@ POLL_SECS = 5
 # The evaluator's priority: low, but high enough to evaluate every epoch's
 # checkpoint before the next (at 19 it starves beside the trainer).
 NICE = 5
-# The evaluator's summary of the precision.
-TAG = 'Precision @ 1'
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s']
 
@@ -104,8 +102,9 @@ def commands(args):
 
 def evaluations(eval_dir):
   """Returns {global step: precision @ 1} from the evaluator's event files."""
-  return {step: values[TAG] for step, values in
-          event_files.scalars(eval_dir, {TAG}).items()}
+  tag = event_files.PRECISION_TAG
+  return {step: values[tag] for step, values in
+          event_files.scalars(eval_dir, {tag}).items()}
 
 
 def checkpoint_times(train_dir, seen):

@@ -1,0 +1,120 @@
+"""docs/time_to_target.py: the commands it runs, how a run ends, its CSV,
+and a whole (tiny) run with a resume."""
+
+import argparse
+import csv
+import math
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, 'docs'))
+import time_to_target  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def _args(*argv):
+  return time_to_target.parse_args(
+      ['--data_dir=D', '--out_dir=O'] + list(argv))
+
+
+def _curve(*points, wall=''):
+  """Rows as the CSV holds them, from (epochs, precision) pairs; four
+  towers of 128, so an epoch is 50000 / 512 steps."""
+  args = _args('--towers=4')
+  return [time_to_target.row(args, round(epochs * 50000 / 512),
+                             '%.4f' % precision, wall)
+          for epochs, precision in points]
+
+
+def test_commands_checkpoint_every_epoch_and_stop_at_max_epochs():
+  trainer, evaluator = time_to_target.commands(_args(
+      '--towers=4', '--seed=2', '--learning_rate_scaling=linear',
+      '--warmup_epochs=5', '--initial_learning_rate=0.05'))
+  # 50,000 / (4 x 128) = 97.66 steps an epoch.
+  assert '--save_checkpoint_steps=98' in trainer
+  assert '--max_steps=%d' % math.ceil(100 * 50000 / 512) in trainer
+  for flag in ['--num_gpus=4', '--virtual_gpus', '--seed=2',
+               '--learning_rate_scaling=linear', '--warmup_epochs=5',
+               '--initial_learning_rate=0.05', '--train_dir=O/train']:
+    assert flag in trainer
+  assert trainer[1].endswith('cifar10_multi_gpu_train.py')
+  assert evaluator[:3] == ['nice', '-n', str(time_to_target.NICE)]
+  assert '--checkpoint_dir=O/train' in evaluator
+  one, _ = time_to_target.commands(_args('--trainer=cifar10_train.py'))
+  assert one[1].endswith('cifar10_train.py')
+  assert not any(a.startswith('--num_gpus') for a in one)
+
+
+def test_outcome_names_the_first_evaluation_at_the_target():
+  args = _args('--towers=4')
+  assert time_to_target.outcome(args, []) is None
+  going = _curve((1, 0.40), (2, 0.55))
+  assert time_to_target.outcome(args, going) is None
+  # The first crossing counts, not the best evaluation after it.
+  reached = _curve((70, 0.7990), (71, 0.8003), (72, 0.8100), wall='3000')
+  assert time_to_target.outcome(args, reached) == (
+      'reached 80.0% at step 6934: 3550208 examples, 71.00 epochs, 50.0 min')
+  # Without a wall clock (a resumed run) the minutes are left out.
+  assert time_to_target.outcome(args, _curve((71, 0.81))).endswith(
+      '71.00 epochs')
+
+
+def test_outcome_at_max_epochs_give_up_and_divergence(tmp_path):
+  args = _args('--towers=4')
+  assert time_to_target.outcome(args, _curve((60, 0.786), (100, 0.781))) == (
+      'not reached in 100 epochs (best 78.6% at 60.00 epochs)')
+  # Below 70% at 50 epochs: given up; at 69.9% before 50, not yet.
+  assert time_to_target.outcome(args, _curve((49, 0.699))) is None
+  assert time_to_target.outcome(args, _curve((10, 0.60), (50, 0.65))) == (
+      'given up: below 70% at 50.00 epochs (best 65.0%)')
+  # A diverged trainer's Error line becomes a row of precision nan.
+  log = tmp_path / 'log'
+  log.write_text('step 300, loss = 2.1\nError: Model diverged with loss = '
+                 'nan at step 317. The last good checkpoint, x, is kept.\n')
+  rows = time_to_target.diverged_rows(args, str(log))
+  assert [(r['step'], r['precision']) for r in rows] == [(317, 'nan')]
+  assert time_to_target.outcome(args, _curve((3, 0.2)) + rows) == (
+      'diverged at step 317, 3.25 epochs')
+  log.write_text('step 300, loss = 2.1\n')
+  assert time_to_target.diverged_rows(args, str(log)) == []
+
+
+def test_a_tiny_run_ends_writes_its_curve_and_returns_at_once_when_rerun(
+    fake_data_dir, tmp_path):
+  out = tmp_path / 'run'
+  command = [sys.executable, os.path.join(REPO, 'docs', 'time_to_target.py'),
+             '--trainer=cifar10_train.py', '--data_dir=' + fake_data_dir,
+             '--out_dir=%s' % out, '--max_epochs=0.02', '--seed=3']
+  first = subprocess.run(command, capture_output=True, text=True,
+                         timeout=300)
+  assert first.returncode == 0, first.stderr[-3000:]
+  # 0.02 epochs of 128 = 8 steps; the trainer's last checkpoint evaluated.
+  assert first.stdout.startswith('not reached in 0.02 epochs (best '), (
+      first.stdout, (out / 'log').read_text()[-3000:])
+  with open(out / 'curve.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert [(r['towers'], r['rate'], r['seed'], r['step'], r['examples'],
+           r['epochs']) for r in rows] == [
+               ('1', 'none', '3', '8', '1024', '0.02')]
+  assert 0.0 <= float(rows[0]['precision']) <= 1.0
+  assert float(rows[0]['wall_s']) > 0
+  log_size = (out / 'log').stat().st_size
+  again = subprocess.run(command, capture_output=True, text=True,
+                         timeout=120)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout == first.stdout
+  # Nothing ran: the log is as it was.
+  assert (out / 'log').stat().st_size == log_size
+
+
+def test_parse_args_refuses_towers_for_the_one_tower_trainer(capsys):
+  try:
+    _args('--trainer=cifar10_train.py', '--towers=2')
+  except SystemExit as e:
+    assert e.code == 2
+  else:
+    raise AssertionError('--towers=2 with cifar10_train.py was accepted')
+  assert 'cifar10_train.py trains one tower' in capsys.readouterr().err
+  assert isinstance(_args(), argparse.Namespace)

@@ -401,8 +401,8 @@ def _plot_curves(axes, curves, cpu_curves, target):
   colors = dict(zip(TOWERS, ('black', 'tab:blue', 'tab:green', 'tab:red')))
   styles = {}
   named = [(key, curves[key], '') for key in sorted(curves, key=config_order)]
-  named += [(key, runs, ', cifar10_train.py')
-            for key, runs in sorted(cpu_curves.items())]
+  named += [(key, cpu_curves[key], ', cifar10_train.py')
+            for key in sorted(cpu_curves, key=config_order)]
   for key, runs, trainer in named:
     style = styles.setdefault((key[1], key[2]), ('-', '--', ':', '-.')[
         len(styles) % 4])

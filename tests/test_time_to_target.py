@@ -1,12 +1,13 @@
 """docs/time_to_target.py: the commands it runs, how a run ends, its CSV,
 and a whole (tiny) run with a resume."""
 
-import argparse
 import csv
 import math
 import os
 import subprocess
 import sys
+
+import pytest
 
 from conftest import REPO
 
@@ -95,11 +96,14 @@ def test_a_tiny_run_ends_writes_its_curve_and_returns_at_once_when_rerun(
       first.stdout, (out / 'log').read_text()[-3000:])
   with open(out / 'curve.csv') as f:
     rows = list(csv.DictReader(f))
+  # The step-0 checkpoint is evaluated too when the evaluator sees it
+  # before step 8's is written (a race the test does not control).
+  assert [r['step'] for r in rows] in (['8'], ['0', '8']), rows
   assert [(r['towers'], r['rate'], r['seed'], r['step'], r['examples'],
-           r['epochs']) for r in rows] == [
+           r['epochs']) for r in rows[-1:]] == [
                ('1', 'none', '3', '8', '1024', '0.02')]
-  assert 0.0 <= float(rows[0]['precision']) <= 1.0
-  assert float(rows[0]['wall_s']) > 0
+  assert 0.0 <= float(rows[-1]['precision']) <= 1.0
+  assert float(rows[-1]['wall_s']) > 0
   log_size = (out / 'log').stat().st_size
   again = subprocess.run(command, capture_output=True, text=True,
                          timeout=120)
@@ -110,11 +114,7 @@ def test_a_tiny_run_ends_writes_its_curve_and_returns_at_once_when_rerun(
 
 
 def test_parse_args_refuses_towers_for_the_one_tower_trainer(capsys):
-  try:
+  with pytest.raises(SystemExit) as exit_info:
     _args('--trainer=cifar10_train.py', '--towers=2')
-  except SystemExit as e:
-    assert e.code == 2
-  else:
-    raise AssertionError('--towers=2 with cifar10_train.py was accepted')
+  assert exit_info.value.code == 2
   assert 'cifar10_train.py trains one tower' in capsys.readouterr().err
-  assert isinstance(_args(), argparse.Namespace)

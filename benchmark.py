@@ -9,6 +9,9 @@ over its windows with their spread (min..max).
 Rows:
   train            cifar10_train.py's train_op in a plain session
   train_bf16       the same with --use_bf16
+  train_held       the same step on one distorted batch read once and held
+                   in memory: the input pipeline does no work beside the
+                   step, so train / train_held is what feeding costs it
   multi1           cifar10_multi_gpu_train.py's train_op, 1 tower
   multi2           cifar10_multi_gpu_train.py's train_op, 2 towers
   split            cifar10_multi_gpu_train.py's train_op, the batch split
@@ -26,8 +29,9 @@ Rows:
 
 Training rows also show GFLOP/s (convolution and matmul flops of a
 training step) against the peak of a 4096x4096 matmul in the row's own
-precision (float32, bfloat16, float16), each measured first in the same
-run, and the table shows ours / Keras. The Keras rows run twice, each in
+precision (float32, bfloat16, float16), measured in the same run before
+the windows and after each (the median; a CPU's peak drifts as its rows'
+speeds do), and the table shows ours / Keras. The Keras rows run twice, each in
 a child process of its own (TensorFlow reads the setting once, as it
 starts): with TensorFlow's default oneDNN setting on this CPU (/tf_default)
 and with oneDNN on (/onednn_on), as our rows run; --keras_onednn chooses.
@@ -76,8 +80,9 @@ flags = tf1.flags
 FLAGS = flags.FLAGS
 
 # What a row times: our training step, compared with Keras' (OURS); our
-# towers' step (TOWERS); Keras' training step, once per --keras_onednn
-# setting (KERAS); a step that trains nothing (PIPELINE).
+# towers' step, or our step without its input (TOWERS); Keras' training
+# step, once per --keras_onednn setting (KERAS); a step that trains
+# nothing (PIPELINE).
 OURS, TOWERS, KERAS, PIPELINE = 'ours', 'towers', 'keras', 'pipeline'
 
 # The GPU rows show how long this many steps would take at their speed.
@@ -130,6 +135,26 @@ def _graph_session(builder):
 def _single_tower():
   """cifar10_train.py's step."""
   train_op, _ = cifar10_train.build_train_op()
+  return train_op, FLAGS.batch_size, hardware.session_config(), None
+
+
+def _held_batch_tower():
+  """cifar10_train.py's step on one distorted batch, read from the input
+  pipeline once (as the variables are initialized) and then held in
+  memory on the CPU, where the pipeline's batches are: every step trains
+  on it, and no input work runs beside the step."""
+  pipeline = cifar10.distorted_inputs
+
+  def held_batch():
+    images, labels = pipeline()
+    return (tf1.get_local_variable('held_images', initializer=images),
+            tf1.get_local_variable('held_labels', initializer=labels))
+
+  cifar10.distorted_inputs = held_batch  # As build_train_op calls it.
+  try:
+    train_op, _ = cifar10_train.build_train_op()
+  finally:
+    cifar10.distorted_inputs = pipeline
   return train_op, FLAGS.batch_size, hardware.session_config(), None
 
 
@@ -256,6 +281,9 @@ ROWS = collections.OrderedDict([
                   lambda: _timed_graph(_single_tower), OURS, _none)),
     ('train_bf16', Row('cifar10_train.py graph, 1 tower, --use_bf16',
                        lambda: _timed_graph(_single_tower), OURS, _bf16)),
+    ('train_held', Row('cifar10_train.py graph, 1 tower, one held batch',
+                       lambda: _timed_graph(_held_batch_tower), TOWERS,
+                       _none)),
     ('multi1', Row('cifar10_multi_gpu_train.py graph, 1 tower',
                    lambda: _timed_graph(lambda: _multi(1)), TOWERS, _none)),
     ('multi2', Row('cifar10_multi_gpu_train.py graph, 2 towers',
@@ -340,6 +368,13 @@ def _peaks():
                               if ROWS[row].kind in TRAINING}
   return {name: probes.matmul_peak(tf.as_dtype(name))
           for name in sorted(precisions)}
+
+
+def _median_peaks(samples):
+  """Returns {precision: the median of its peak samples} from a list of
+  _peaks() results."""
+  return {name: np.median([sample[name] for sample in samples])
+          for name in samples[0]}
 
 
 def _child_environ(setting):
@@ -441,9 +476,11 @@ def _set_up_rows(table_rows, children):
   return timers
 
 
-def _run_windows(timers):
+def _run_windows(timers, peak_samples):
   """Times --windows windows of --steps steps of every row, the rows
-  taking turns, a window each, so that drift slows all alike.
+  taking turns, a window each, so that drift slows all alike; the matmul
+  peaks take their turn after each window, appended to peak_samples, so
+  that the shares of the peak are of the same drift too.
 
   Returns:
     {table row: examples/sec of each window}.
@@ -453,8 +490,11 @@ def _run_windows(timers):
     for name, (timer, examples_per_step, _, _) in timers.items():
       rates[name].append(FLAGS.steps * examples_per_step /
                          timer(FLAGS.steps))
-    print('window %d of %d: %s' % (window + 1, FLAGS.windows, ', '.join(
-        '%s %.1f' % (name, rates[name][-1]) for name in timers)))
+    peak_samples.append(_peaks())
+    print('window %d of %d: %s; float32 peak %.1f GFLOP/s' % (
+        window + 1, FLAGS.windows, ', '.join(
+            '%s %.1f' % (name, rates[name][-1]) for name in timers),
+        peak_samples[-1]['float32']))
   return rates
 
 
@@ -476,25 +516,31 @@ def _table_line(name, timer, rates, peaks, flops):
           max(rates), gflops, projected)
 
 
-def _print_table(timers, rates, peaks, flops):
-  """Prints each row's median rate, spread, GFLOP/s and 100K-step time,
-  then ours / Keras.
+def _print_table(timers, rates, peak_samples, flops):
+  """Prints each row's median rate, spread, GFLOP/s and 100K-step time
+  (against the median peak), the peaks, then ours / Keras.
 
   Args:
     timers: {table row: (timer, examples per step, devices, oneDNN)}.
     rates: {table row: examples/sec of each window}.
-    peaks: {precision: the matmul peak, GFLOP/s}.
+    peak_samples: a list of {precision: the matmul peak, GFLOP/s}.
     flops: flops of one example's training step.
   """
+  peaks = _median_peaks(peak_samples)
   lines = [_table_line(name, timers[name], rates[name], peaks, flops)
            for name in timers]
   for line in lines:
     print('%-21s %-44s %-11s oneDNN %-3s %8.1f examples/sec (%.1f..%.1f) '
           '%s %s' % line)
   print()
-  print('CPU class %s; matmul peaks %s GFLOP/s' % (
-      environment.cpu_class(environment.cpu_flags()), ', '.join(
-          '%s %.1f' % item for item in sorted(peaks.items()))))
+  print('CPU class %s; matmul peaks %s GFLOP/s, medians of %d (before the '
+        'windows and after each)' % (
+            environment.cpu_class(environment.cpu_flags()), ', '.join(
+                '%s %.1f (%.1f..%.1f)' % (
+                    name, peaks[name],
+                    min(sample[name] for sample in peak_samples),
+                    max(sample[name] for sample in peak_samples))
+                for name in sorted(peaks)), len(peak_samples)))
   print()
   print('| row | what | device | oneDNN | examples/sec (median) | min..max '
         '| GFLOP/s (of its precision\'s peak) | %dK steps |'
@@ -555,19 +601,19 @@ def main(argv=None):  # pylint: disable=unused-argument
     return
   _check_rows()
   cifar10.maybe_download_and_extract()
-  peaks = _peaks()
+  peak_samples = [_peaks()]
   flops = train_flops_per_example()
-  _print_header(peaks, flops)
+  _print_header(peak_samples[0], flops)
   table_rows = _table_rows()
   children = _start_children(table_rows)
   try:
     timers = _set_up_rows(table_rows, children)
-    rates = _run_windows(timers)
+    rates = _run_windows(timers, peak_samples)
   finally:
     for child in children.values():
       child.close()
   print()
-  _print_table(timers, rates, peaks, flops)
+  _print_table(timers, rates, peak_samples, flops)
   if FLAGS.profile_steps:
     profiler.print_profile(_profile_train(FLAGS.profile_steps),
                            FLAGS.profile_steps)

@@ -40,8 +40,17 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
   assert re.search(r'^matmul peak \d+\.\d GFLOP/s \(float32 4096x4096\), '
                    r'bfloat16 \d+\.\d; ', out, re.M)
   cpu = environment.cpu_class(environment.cpu_flags())
-  assert re.search(r'^CPU class %s; matmul peaks bfloat16 \d+\.\d, float32 '
-                   r'\d+\.\d GFLOP/s$' % cpu, out, re.M)
+  # The peaks again, medians of one before the windows and one after each.
+  spread = r'(\d+\.\d) \((\d+\.\d)\.\.(\d+\.\d)\)'
+  peaks = re.search(r'^CPU class %s; matmul peaks bfloat16 %s, float32 %s '
+                    r'GFLOP/s, medians of 3 \(before the windows and after '
+                    r'each\)$' % (cpu, spread, spread), out, re.M)
+  assert peaks, out
+  for low, median, high in ([peaks.group(i + 2), peaks.group(i + 1),
+                             peaks.group(i + 3)] for i in (0, 3)):
+    assert 0 < float(low) <= float(median) <= float(high)
+  assert len(re.findall(r'^window \d of 2: .*; float32 peak \d+\.\d '
+                        r'GFLOP/s$', out, re.M)) == 2
   gpus = tf.config.list_physical_devices('GPU')
   assert ('GPUs: GPU:0 ' if gpus else 'no GPU visible') in out
   # TensorFlow's own oneDNN setting here, and the scripts' (on wherever
@@ -125,3 +134,39 @@ def test_rows_the_flags_cannot_run_are_one_line(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith('Error: ') and words in lines[-1], lines
     assert not any('Traceback' in line for line in lines)
+
+
+def _ops_the_step_runs(graph, fetch):
+  """Returns the types of the ops that running fetch needs."""
+  needed = tf.compat.v1.graph_util.extract_sub_graph(
+      graph.as_graph_def(), [fetch.name.split(':')[0]])
+  return {node.op for node in needed.node}
+
+
+def test_train_held_trains_on_one_batch_without_the_pipeline(
+    fake_data_dir, monkeypatch):
+  monkeypatch.setattr(cifar10.FLAGS, 'data_dir', fake_data_dir)
+  monkeypatch.setattr(cifar10.FLAGS, 'batch_size', 8)
+  pipeline = cifar10.distorted_inputs
+  sess, held_op, examples = benchmark._graph_session(
+      benchmark._held_batch_tower)
+  assert cifar10.distorted_inputs is pipeline  # Put back after building.
+  assert examples == 8
+  train_sess, train_op, _ = benchmark._graph_session(benchmark._single_tower)
+  # The train row's step takes a batch from the pipeline; the held row's
+  # takes none, and trains the model on the batch read as it started.
+  assert 'IteratorGetNext' in _ops_the_step_runs(train_sess.graph, train_op)
+  held_needs = _ops_the_step_runs(sess.graph, held_op)
+  assert 'IteratorGetNext' not in held_needs
+  assert 'Conv2D' in held_needs, sorted(held_needs)
+  variables = {v.op.name: v for key in ('variables', 'local_variables')
+               for v in sess.graph.get_collection(key)}
+  images = variables['held_images']
+  before = sess.run(images)
+  assert before.shape == (8, 24, 24, 3) and before.std() > 0.5
+  weights = variables['conv1/weights']
+  start = sess.run(weights)
+  for _ in range(2):
+    sess.run(held_op)
+  assert (sess.run(images) == before).all()
+  assert not (sess.run(weights) == start).all()

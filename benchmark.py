@@ -152,10 +152,9 @@ def _held_batch_tower():
 
   cifar10.distorted_inputs = held_batch  # As build_train_op calls it.
   try:
-    train_op, _ = cifar10_train.build_train_op()
+    return _single_tower()
   finally:
     cifar10.distorted_inputs = pipeline
-  return train_op, FLAGS.batch_size, hardware.session_config(), None
 
 
 def _multi(num_towers):

@@ -153,6 +153,7 @@ def test_train_held_trains_on_one_batch_without_the_pipeline(
   assert cifar10.distorted_inputs is pipeline  # Put back after building.
   assert examples == 8
   train_sess, train_op, _ = benchmark._graph_session(benchmark._single_tower)
+  train_sess.close()  # Its graph is all this test reads of it.
   # The train row's step takes a batch from the pipeline; the held row's
   # takes none, and trains the model on the batch read as it started.
   assert 'IteratorGetNext' in _ops_the_step_runs(train_sess.graph, train_op)
@@ -166,7 +167,8 @@ def test_train_held_trains_on_one_batch_without_the_pipeline(
   assert before.shape == (8, 24, 24, 3) and before.std() > 0.5
   weights = variables['conv1/weights']
   start = sess.run(weights)
-  for _ in range(2):
-    sess.run(held_op)
-  assert (sess.run(images) == before).all()
-  assert not (sess.run(weights) == start).all()
+  with sess:
+    for _ in range(2):
+      sess.run(held_op)
+    assert (sess.run(images) == before).all()
+    assert not (sess.run(weights) == start).all()

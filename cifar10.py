@@ -27,8 +27,10 @@ from __future__ import print_function
 
 import cifar10_input
 from machinery import download
+from machinery import lars
 from machinery import lrn
 from machinery import options
+from machinery import recipe as recipes
 from machinery import summaries
 import numpy as np
 import tensorflow as tf
@@ -47,7 +49,7 @@ NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
 MOVING_AVERAGE_DECAY = 0.9999     # Decay of the variables' moving averages.
 NUM_EPOCHS_PER_DECAY = 350.0      # Epochs between learning-rate decays.
 LEARNING_RATE_DECAY_FACTOR = 0.1  # What each decay multiplies it by.
-INITIAL_LEARNING_RATE = 0.1       # Default of --initial_learning_rate.
+INITIAL_LEARNING_RATE = recipes.TUTORIAL_LEARNING_RATE  # 0.1
 TUTORIAL_BATCH_SIZE = 128         # The examples a step of the tutorial took.
 
 # The multi-GPU trainer builds tower i in the name scope 'tower_i', so that
@@ -59,16 +61,6 @@ flags.DEFINE_integer('batch_size', 128,
                      'Number of images to process in a batch.', lower_bound=1)
 flags.DEFINE_string('data_dir', '/tmp/cifar10_data',
                     'Path to the CIFAR-10 data directory.')
-flags.DEFINE_float('initial_learning_rate', INITIAL_LEARNING_RATE,
-                   'Initial learning rate of the decay schedule.')
-flags.DEFINE_enum('learning_rate_scaling', 'none', ['none', 'linear'],
-                  'none: --initial_learning_rate, however many examples a '
-                  'step takes (the tutorial). linear: times the examples a '
-                  'step takes over all towers and workers, over 128.')
-flags.DEFINE_float('warmup_epochs', 0.0,
-                   'Epochs over which the learning rate climbs linearly '
-                   'from --initial_learning_rate to its scaled value; 0: '
-                   'none.', lower_bound=0.0)
 flags.DEFINE_string('data_url', download.DATA_URL,
                     'Where to get the CIFAR-10 binary archive when data_dir '
                     'lacks it: an http(s):// or file:// URL.')
@@ -76,6 +68,7 @@ flags.DEFINE_string('data_md5', '',
                     'md5 the archive must have; empty: the official md5 for '
                     'the official URL, no check for other URLs.')
 flags.adopt_module_key_flags(options)
+flags.adopt_module_key_flags(recipes)  # The learning rate and the optimizer.
 
 
 def _activation_summary(x):
@@ -329,36 +322,49 @@ def _add_loss_summaries(total_loss):
   return loss_averages_op
 
 
-def learning_rate(global_step, examples_per_step):
-  """Decays the learning rate in the tutorial's staircase, epochs counted
-  in examples.
+def learning_rate(global_step, examples_per_step, recipe=recipes.TUTORIAL):
+  """Makes the learning rate of each step, as the recipe schedules it.
 
-  With --learning_rate_scaling=linear the rate is scaled to the step's
-  size: --initial_learning_rate times examples_per_step / 128, the
-  tutorial's batch (the linear scaling rule of Goyal et al., 2017, for N
-  towers training on N times the batch). With --warmup_epochs=E it climbs
-  linearly from --initial_learning_rate to that rate over the first E
-  epochs. Then the staircase divides it by 10 every 350 epochs.
+  The tutorial's (the default recipe): --initial_learning_rate, divided by
+  10 every 350 epochs, epochs counted in examples. With
+  --learning_rate_scaling=linear the rate is scaled to the step's size:
+  times examples_per_step / 128, the tutorial's batch (the linear scaling
+  rule of Goyal et al., 2017, for N towers training on N times the
+  batch). With --warmup_epochs=E it climbs linearly from
+  --initial_learning_rate to that rate over the first E epochs. Then
+  --lr_schedule=tutorial keeps the staircase; cosine and linear decay the
+  rate from there to zero at --train_epochs, along a half cosine or a
+  straight line.
 
   Args:
     global_step: the global step tensor.
     examples_per_step: examples one step consumes (over all towers and
       workers).
+    recipe: a machinery.recipe.Recipe, the flags' values.
 
   Returns:
     The learning rate tensor, with a 'learning_rate' summary.
   """
-  num_batches_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
-  decay_steps = int(num_batches_per_epoch * NUM_EPOCHS_PER_DECAY)
-  initial = FLAGS.initial_learning_rate
+  steps_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
+  initial = recipe.initial_learning_rate
   scaled = initial * (examples_per_step / TUTORIAL_BATCH_SIZE
-                      if FLAGS.learning_rate_scaling == 'linear' else 1)
-  warmup_steps = int(FLAGS.warmup_epochs * num_batches_per_epoch)
+                      if recipe.learning_rate_scaling == 'linear' else 1)
+  warmup_steps = int(recipe.warmup_epochs * steps_per_epoch)
   with tf1.name_scope('learning_rate'):
     step = tf.identity(global_step)  # One read of it, for every use below.
-    lr = tf1.train.exponential_decay(scaled, step, decay_steps,
-                                     LEARNING_RATE_DECAY_FACTOR,
-                                     staircase=True)
+    if recipe.lr_schedule == 'tutorial':
+      lr = tf1.train.exponential_decay(
+          scaled, step, int(steps_per_epoch * NUM_EPOCHS_PER_DECAY),
+          LEARNING_RATE_DECAY_FACTOR, staircase=True)
+    else:
+      # From the end of the warm-up to the end of the budget, down to 0.
+      after_warmup = tf.maximum(step - warmup_steps, 0)
+      decay_steps = recipe.budget_steps(examples_per_step) - warmup_steps
+      if recipe.lr_schedule == 'cosine':
+        lr = tf1.train.cosine_decay(scaled, after_warmup, decay_steps)
+      else:
+        lr = tf1.train.polynomial_decay(scaled, after_warmup, decay_steps,
+                                        end_learning_rate=0.0, power=1.0)
     if warmup_steps:
       climbed = tf.cast(step, tf.float32) / warmup_steps
       lr = tf.where(step < warmup_steps,
@@ -367,10 +373,19 @@ def learning_rate(global_step, examples_per_step):
   return lr
 
 
-def optimizer(lr):
-  """Makes the tutorial's gradient descent at lr; with --use_fp16, with loss
-  scaling (options.loss_scale), its scale summarized as 'loss_scale'."""
-  opt = tf1.train.GradientDescentOptimizer(lr)
+def optimizer(lr, recipe=recipes.TUTORIAL):
+  """Makes the recipe's optimizer at rate lr: the tutorial's gradient
+  descent, momentum, or LARS (machinery/lars.py). With --use_fp16 it
+  scales the loss (options.loss_scale), its scale summarized as
+  'loss_scale'."""
+  if recipe.optimizer == 'sgd':
+    opt = tf1.train.GradientDescentOptimizer(lr)
+  elif recipe.optimizer == 'momentum':
+    opt = tf1.train.MomentumOptimizer(lr, recipe.momentum,
+                                      use_nesterov=recipe.nesterov)
+  else:
+    opt = lars.LARSOptimizer(lr, recipe.momentum, recipe.trust_coefficient,
+                             use_nesterov=recipe.nesterov)
   scale = options.loss_scale()
   if scale is None:
     return opt
@@ -419,24 +434,29 @@ def apply_gradients(opt, grads, global_step):
   return variables_averages_op
 
 
-def train(total_loss, global_step):
-  """Builds one step of gradient descent, then the moving averages.
+def train(total_loss, global_step, batch_size=TUTORIAL_BATCH_SIZE,
+          recipe=recipes.TUTORIAL):
+  """Builds one step of gradient descent (or the recipe's optimizer), then
+  the moving averages.
 
   Args:
     total_loss: Total loss from loss().
     global_step: the global step, incremented by each step.
+    batch_size: the examples the loss is over, which the learning rate's
+      schedule counts.
+    recipe: a machinery.recipe.Recipe: the learning rate and optimizer.
 
   Returns:
     train_op: op for training.
   """
-  lr = learning_rate(global_step, FLAGS.batch_size)
+  lr = learning_rate(global_step, batch_size, recipe)
 
   # Generate moving averages of all losses and associated summaries.
   loss_averages_op = _add_loss_summaries(total_loss)
 
   # Compute gradients.
   with tf.control_dependencies([loss_averages_op]):
-    opt = optimizer(lr)
+    opt = optimizer(lr, recipe)
     grads = opt.compute_gradients(total_loss)
 
   # Apply gradients, then the moving averages of the trained variables.

@@ -55,8 +55,8 @@ from machinery import cluster
 from machinery import errors
 from machinery import hardware
 from machinery import ps_task
+from machinery import recipe as recipes
 from machinery import session
-from machinery import step_hooks
 from machinery import summaries
 from machinery import worker_session
 import tensorflow as tf
@@ -87,7 +87,7 @@ flags.adopt_module_key_flags(cifar10)
 # ps task or a worker does with it.
 
 
-def build_worker_graph(task, local_devices, sync_replicas):
+def build_worker_graph(task, local_devices, sync_replicas, recipe):
   """Builds a worker's graph for parameter-server mode, in the default graph.
 
   The multi-GPU trainer's towers and average on the worker; the variables
@@ -97,6 +97,7 @@ def build_worker_graph(task, local_devices, sync_replicas):
     task: the worker's cluster.Task.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
     sync_replicas: --sync_replicas.
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     (train_op, loss, scaffold, the SyncReplicasOptimizer or None).
@@ -115,7 +116,7 @@ def build_worker_graph(task, local_devices, sync_replicas):
     examples_per_step = sum(int(images.shape[0]) for images, _ in batches)
     opt = cifar10.optimizer(cifar10.learning_rate(
         global_step, examples_per_step * (num_workers if sync_replicas
-                                          else 1)))
+                                          else 1), recipe), recipe)
 
     # The multi-GPU trainer's towers, averaged on this worker.
     tower_grads, tower_losses = multi.tower_gradients(opt, batches,
@@ -145,7 +146,7 @@ def build_worker_graph(task, local_devices, sync_replicas):
           opt if sync_replicas else None)
 
 
-def build_allreduce_graph(task, local_devices):
+def build_allreduce_graph(task, local_devices, recipe):
   """Builds a worker's graph for all-reduce mode, in the default graph.
 
   The worker's own variables, on its towers as the multi-GPU trainer's
@@ -155,6 +156,7 @@ def build_allreduce_graph(task, local_devices):
   Args:
     task: the worker's cluster.Task.
     local_devices: the towers' devices on the worker, all distinct.
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     (train_op, loss, scaffold).
@@ -169,11 +171,12 @@ def build_allreduce_graph(task, local_devices):
         timeout_secs=FLAGS.peer_timeout_secs,
         gpus_shared=cluster.gpus_shared(
             task, len(local_devices),
-            len(tf.config.list_physical_devices('GPU'))))
+            len(tf.config.list_physical_devices('GPU'))), recipe=recipe)
 
 
-def train(server, task, mode, local_devices, config):
-  """Trains as this worker until the global step reaches --max_steps.
+def train(server, task, mode, local_devices, config, recipe):
+  """Trains as this worker until the global step reaches --max_steps (or
+  the end of --train_epochs).
 
   Args:
     server: this worker's tf.distribute.Server.
@@ -182,6 +185,7 @@ def train(server, task, mode, local_devices, config):
       REPLICATED (of cifar10_replicated), all-reduce between workers.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
     config: the worker's tower ConfigProto (hardware.tower_devices).
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     The number of steps this worker ran.
@@ -190,9 +194,14 @@ def train(server, task, mode, local_devices, config):
     errors.PeerGoneError: all-reduce, and a peer is gone.
   """
   all_reduce = mode == cifar10_replicated.REPLICATED
+  # This worker's examples a step, and those of one update: with
+  # all-reduce or synchronous replicas, every worker's.
+  examples_per_step = FLAGS.batch_size * FLAGS.num_gpus
+  last = session.last_step(examples_per_step * (
+      len(task.worker_hosts) if all_reduce or FLAGS.sync_replicas else 1))
   role = worker_session.WorkerRole(
       server.target, task, own_variables=all_reduce,
-      train_dir=FLAGS.train_dir, max_steps=FLAGS.max_steps,
+      train_dir=FLAGS.train_dir, max_steps=last,
       peer_timeout_secs=FLAGS.peer_timeout_secs)
   config = cluster.session_config(task, all_reduce, config)
   hooks = role.hooks()
@@ -200,29 +209,27 @@ def train(server, task, mode, local_devices, config):
     # With --seed, the same run every time; each worker its own batches.
     session.seed_graph(offset=task.task_index)
     if all_reduce:
-      train_op, loss, scaffold = build_allreduce_graph(task, local_devices)
+      train_op, loss, scaffold = build_allreduce_graph(task, local_devices,
+                                                       recipe)
     else:
       train_op, loss, scaffold, sync = build_worker_graph(
-          task, local_devices, FLAGS.sync_replicas)
+          task, local_devices, FLAGS.sync_replicas, recipe)
       hooks += worker_session.ps_mode_hooks(task, sync,
                                             FLAGS.stall_report_secs)
       if not task.is_chief:
         role.wait_for_chief(config)
     step = role.resume_step(config, scaffold)
-    if step is not None and session.reached_max_steps(step, role.log_prefix):
+    if step is not None and session.reached_max_steps(last, step,
+                                                      role.log_prefix):
       return 0
 
     # The multi-GPU trainer's session and loop, as this worker of the
     # cluster; the step line counts this worker's examples.
     steps = 0
     with session.training_session(
-        hooks=hooks + [
-            tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-            step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
-            step_hooks.LoggerHook(
-                loss, FLAGS.log_frequency,
-                examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-                num_towers=FLAGS.num_gpus, prefix=role.log_prefix)],
+        hooks=hooks + session.standard_hooks(
+            loss, last, examples_per_step, num_towers=FLAGS.num_gpus,
+            log_prefix=role.log_prefix),
         config=config, scaffold=scaffold, role=role,
         log_prefix=role.log_prefix) as mon_sess:
       while not mon_sess.should_stop():
@@ -260,6 +267,7 @@ def mode_of(task):
 
 
 def main(argv=None):  # pylint: disable=unused-argument
+  recipe = recipes.from_flags()
   # The cluster: every task's address, and which one this process is.
   task = cluster.from_flags_or_tf_config()
   mode = mode_of(task)
@@ -282,7 +290,7 @@ def main(argv=None):  # pylint: disable=unused-argument
   server = cluster.start_server(
       task, cluster.server_config(task, all_reduce, config))
   try:
-    steps = train(server, task, mode, local_devices, config)
+    steps = train(server, task, mode, local_devices, config, recipe)
   finally:
     if not all_reduce:
       ps_task.say_done(server, task)  # The ps tasks may exit once all have.

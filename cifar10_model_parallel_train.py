@@ -38,7 +38,7 @@ import re
 import cifar10
 from machinery import cli
 from machinery import hardware
-from machinery import step_hooks
+from machinery import recipe as recipes
 from machinery import session
 import tensorflow as tf
 
@@ -83,11 +83,12 @@ def layer_placer(devices):
   return device_of
 
 
-def build_train_op(devices):
+def build_train_op(devices, recipe=recipes.TUTORIAL):
   """Builds the split model and its training step in the default graph.
 
   Args:
     devices: the two devices, one per part.
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     train_op: op for one training step.
@@ -104,32 +105,31 @@ def build_train_op(devices):
       images, labels = cifar10.distorted_inputs()
     logits = cifar10.inference(images)
     loss = cifar10.loss(logits, labels)
-    train_op = cifar10.train(loss, global_step)
+    train_op = cifar10.train(loss, global_step, FLAGS.batch_size, recipe)
   return train_op, loss
 
 
-def train():
-  """Builds the graph and trains it until --max_steps."""
+def train(recipe):
+  """Builds the graph and trains it until --max_steps (or --train_epochs)."""
   with tf.Graph().as_default():
     session.seed_graph()  # With --seed, the same run every time.
     devices, config = hardware.tower_devices(
         len(PARTS), FLAGS.virtual_gpus, what='part')
-    train_op, loss = build_train_op(devices)
+    train_op, loss = build_train_op(devices, recipe)
     with session.training_session(
-        hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-               step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
-               step_hooks.LoggerHook(loss, FLAGS.log_frequency,
-                                examples_per_step=FLAGS.batch_size)],
+        hooks=session.standard_hooks(loss, session.last_step(FLAGS.batch_size),
+                                     examples_per_step=FLAGS.batch_size),
         config=config) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  if session.reached_max_steps():
+  recipe = recipes.from_flags()
+  if session.reached_max_steps(session.last_step(FLAGS.batch_size)):
     return
   cifar10.maybe_download_and_extract()
-  train()
+  train(recipe)
 
 
 if __name__ == '__main__':

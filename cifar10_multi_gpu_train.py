@@ -44,7 +44,7 @@ import cifar10
 import cifar10_replicated
 from machinery import cli
 from machinery import hardware
-from machinery import step_hooks
+from machinery import recipe as recipes
 from machinery import session
 from machinery import summaries
 import tensorflow as tf
@@ -151,7 +151,7 @@ def average_gradients(tower_grads):
   return average_grads
 
 
-def build_train_op(batches, devices):
+def build_train_op(batches, devices, recipe=recipes.TUTORIAL):
   """Builds one tower per device and the synchronous update of them all.
 
   Call it under tf.device('/cpu:0'), so that the global step, the average
@@ -160,6 +160,7 @@ def build_train_op(batches, devices):
   Args:
     batches: list of (images, labels) pairs, one per tower.
     devices: list of device names, one per tower.
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     (train_op, the loss the step line reports, a tf.compat.v1.train.Scaffold
@@ -169,10 +170,10 @@ def build_train_op(batches, devices):
 
   # The learning rate decays every 350 epochs: count all towers' examples.
   examples_per_step = sum(int(images.shape[0]) for images, _ in batches)
-  lr = cifar10.learning_rate(global_step, examples_per_step)
+  lr = cifar10.learning_rate(global_step, examples_per_step, recipe)
 
   # One optimizer, on the shared variables: gradient descent.
-  opt = cifar10.optimizer(lr)
+  opt = cifar10.optimizer(lr, recipe)
 
   # One tower per device, each computing the gradients of its own batch.
   tower_grads, tower_losses = tower_gradients(opt, batches, devices)
@@ -191,7 +192,8 @@ def build_train_op(batches, devices):
       summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last))
 
 
-def build_graph(num_towers, virtual, variable_update):
+def build_graph(num_towers, virtual, variable_update,
+                recipe=recipes.TUTORIAL):
   """Builds the trainer's graph, input pipeline included.
 
   Args:
@@ -201,6 +203,7 @@ def build_graph(num_towers, virtual, variable_update):
     variable_update: how the towers share the variables: PARAMETER_SERVER
       (once, on /cpu:0) or REPLICATED (a copy on each tower), of
       cifar10_replicated.
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
@@ -213,38 +216,39 @@ def build_graph(num_towers, virtual, variable_update):
     batches = cifar10.distorted_batches(num_towers)
     if replicated:
       train_op, loss, scaffold = cifar10_replicated.build_train_op(
-          batches, devices, tower_loss)
+          batches, devices, tower_loss, recipe=recipe)
     else:
-      train_op, loss, scaffold = build_train_op(batches, devices)
+      train_op, loss, scaffold = build_train_op(batches, devices, recipe)
   return train_op, loss, scaffold, config
 
 
-def train():
-  """Builds the towers and trains them until --max_steps."""
+def train(recipe):
+  """Builds the towers and trains them until --max_steps (or
+  --train_epochs)."""
   with tf.Graph().as_default():
     session.seed_graph()  # With --seed, the same run every time.
     train_op, loss, scaffold, config = build_graph(
-        FLAGS.num_gpus, FLAGS.virtual_gpus, FLAGS.variable_update)
+        FLAGS.num_gpus, FLAGS.virtual_gpus, FLAGS.variable_update, recipe)
 
     # As the single-tower trainer's session, the step line counting the
     # examples of every tower, and sec/batch a tower's share of the step.
+    examples_per_step = FLAGS.batch_size * FLAGS.num_gpus
     with session.training_session(
-        hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-               step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
-               step_hooks.LoggerHook(
-                   loss, FLAGS.log_frequency,
-                   examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
-                   num_towers=FLAGS.num_gpus)],
+        hooks=session.standard_hooks(
+            loss, session.last_step(examples_per_step), examples_per_step,
+            num_towers=FLAGS.num_gpus),
         config=config, scaffold=scaffold) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  if session.reached_max_steps():
+  recipe = recipes.from_flags()
+  if session.reached_max_steps(
+      session.last_step(FLAGS.batch_size * FLAGS.num_gpus)):
     return
   cifar10.maybe_download_and_extract()
-  train()
+  train(recipe)
 
 
 if __name__ == '__main__':

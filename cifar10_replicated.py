@@ -30,6 +30,7 @@ from __future__ import print_function
 
 import cifar10
 from machinery import hardware
+from machinery import recipe as recipes
 from machinery import summaries
 import numpy as np
 import tensorflow as tf
@@ -149,7 +150,8 @@ def _copy_to_replicas(tower_grads, broadcast):
 
 
 def build_train_op(batches, devices, tower_loss, num_workers=1,
-                   broadcast=None, timeout_secs=0, gpus_shared=False):
+                   broadcast=None, timeout_secs=0, gpus_shared=False,
+                   recipe=recipes.TUTORIAL):
   """Builds one tower per device, each with its own copy of the variables,
   and the synchronous update of them all.
 
@@ -169,6 +171,7 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
     timeout_secs: how long the all-reduce waits for a tower that does not
       come; 0: for ever.
     gpus_shared: other workers' towers run on these GPUs too.
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     (train_op, the last tower's loss (for the step line), the
@@ -178,8 +181,8 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
   global_step = tf1.train.get_or_create_global_step()
   examples_per_step = num_workers * sum(
       int(images.shape[0]) for images, _ in batches)
-  opt = cifar10.optimizer(cifar10.learning_rate(global_step,
-                                                examples_per_step))
+  opt = cifar10.optimizer(
+      cifar10.learning_rate(global_step, examples_per_step, recipe), recipe)
   tower_grads, tower_losses = _towers(opt, batches, devices, tower_loss)
 
   # Each tower gets the mean gradient and applies it to its own copy, all

@@ -23,7 +23,7 @@ from __future__ import print_function
 import cifar10
 from machinery import cli
 from machinery import hardware
-from machinery import step_hooks
+from machinery import recipe as recipes
 from machinery import session
 import tensorflow as tf
 
@@ -35,8 +35,11 @@ tf1.flags.adopt_module_key_flags(cifar10)
 tf1.flags.adopt_module_key_flags(session)
 
 
-def build_train_op():
+def build_train_op(recipe=recipes.TUTORIAL):
   """Builds the single-tower training graph in the default graph.
+
+  Args:
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     train_op: op for one training step.
@@ -59,35 +62,34 @@ def build_train_op():
   loss = cifar10.loss(logits, labels)
 
   # One step of gradient descent on the batch, then the moving averages.
-  train_op = cifar10.train(loss, global_step)
+  train_op = cifar10.train(loss, global_step, FLAGS.batch_size, recipe)
   return train_op, loss
 
 
-def train():
-  """Builds the graph and trains it until --max_steps."""
+def train(recipe):
+  """Builds the graph and trains it until --max_steps (or --train_epochs)."""
   with tf.Graph().as_default():
     session.seed_graph()  # With --seed, the same run every time.
-    train_op, loss = build_train_op()
+    train_op, loss = build_train_op(recipe)
 
     # The session restores the latest checkpoint of --train_dir (or
     # initializes the model), saves checkpoints and summaries as it goes,
     # and runs these hooks around every step: stop at --max_steps, stop on
     # a NaN loss, print the step line.
     with session.training_session(
-        hooks=[tf1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-               step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
-               step_hooks.LoggerHook(loss, FLAGS.log_frequency,
-                                examples_per_step=FLAGS.batch_size)],
+        hooks=session.standard_hooks(loss, session.last_step(FLAGS.batch_size),
+                                     examples_per_step=FLAGS.batch_size),
         config=hardware.session_config()) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  if session.reached_max_steps():
+  recipe = recipes.from_flags()
+  if session.reached_max_steps(session.last_step(FLAGS.batch_size)):
     return
   cifar10.maybe_download_and_extract()
-  train()
+  train(recipe)
 
 
 if __name__ == '__main__':

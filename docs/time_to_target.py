@@ -10,14 +10,16 @@ how the run ended. Run it again on the same --out_dir to resume.
 
     python docs/time_to_target.py --towers=4 --seed=1 --data_dir=D \\
         --out_dir=~/long/t4_none_s1 [--learning_rate_scaling=linear \\
-        --warmup_epochs=2] [--trainer=cifar10_train.py]
+        --warmup_epochs=2] [--trainer=cifar10_train.py] \\
+        [--recipe="--optimizer=momentum --lr_schedule=cosine --train_epochs=18"]
 
 Its CSV, one line per evaluated checkpoint: towers, rate (none, linear or
 the --initial_learning_rate given), warmup_epochs, seed, step, examples,
-epochs, precision, and wall_s: seconds from this command's start to the
-checkpoint's write (blank after a resume, which breaks the clock). A
-run whose loss diverged ends with a row of precision nan at the step that
-diverged.
+epochs, precision, wall_s: seconds from this command's start to the
+checkpoint's write (blank after a resume, which breaks the clock), and
+recipe: the --recipe flags (empty: the tutorial's SGD). A run whose loss
+diverged ends with a row of precision nan at the step that diverged. A
+recipe with --train_epochs=E ends there: E stands for --max_epochs.
 """
 
 from __future__ import absolute_import
@@ -46,7 +48,7 @@ POLL_SECS = 5
 # checkpoint before the next (at 19 it starves beside the trainer).
 NICE = 5
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
-          'epochs', 'precision', 'wall_s']
+          'epochs', 'precision', 'wall_s', 'recipe']
 
 
 def parse_args(argv):
@@ -66,11 +68,19 @@ def parse_args(argv):
   p.add_argument('--give_up_epochs', type=float, default=50)
   p.add_argument('--data_dir', required=True)
   p.add_argument('--out_dir', required=True)
+  p.add_argument('--recipe', default='',
+                 help='the optimizer and schedule\'s trainer flags, written '
+                 'to the CSV, e.g. "--optimizer=momentum --lr_schedule=cosine '
+                 '--train_epochs=18"')
   p.add_argument('--extra', default='',
-                 help='more trainer flags, e.g. "--use_bf16"')
+                 help='more trainer flags, not written to the CSV, e.g. '
+                 '"--use_bf16"')
   args = p.parse_args(argv)
   if args.trainer == 'cifar10_train.py' and args.towers != 1:
     p.error('cifar10_train.py trains one tower: leave --towers out.')
+  budget = re.search(r'--train_epochs=(\S+)', args.recipe)
+  if budget:
+    args.max_epochs = float(budget.group(1))
   return args
 
 
@@ -91,7 +101,7 @@ def commands(args):
     trainer += ['--num_gpus=%d' % args.towers, '--virtual_gpus']
   if args.initial_learning_rate is not None:
     trainer.append('--initial_learning_rate=%g' % args.initial_learning_rate)
-  trainer += args.extra.split()
+  trainer += args.recipe.split() + args.extra.split()
   evaluator = ['nice', '-n', str(NICE), sys.executable,
                os.path.join(ROOT, 'cifar10_eval.py'),
                '--data_dir=' + args.data_dir, '--checkpoint_dir=' + train_dir,
@@ -178,7 +188,7 @@ def row(args, step, precision, wall):
               warmup_epochs='%g' % args.warmup_epochs, seed=args.seed,
               step=step, examples=examples,
               epochs='%.2f' % (examples / EXAMPLES_PER_EPOCH),
-              precision=precision, wall_s=wall)
+              precision=precision, wall_s=wall, recipe=args.recipe)
 
 
 def diverged_rows(args, log_path):

@@ -6,9 +6,7 @@ in training_session, as the tutorial ran them in MonitoredTrainingSession:
   define_trainer_flags(max_steps=100000)
   ...
   with training_session(
-      hooks=[tf.compat.v1.train.StopAtStepHook(last_step=FLAGS.max_steps),
-             step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
-             step_hooks.LoggerHook(loss, FLAGS.log_frequency, 128)],
+      hooks=standard_hooks(loss, last_step(128), examples_per_step=128),
       config=hardware.session_config()) as mon_sess:
     while not mon_sess.should_stop():
       mon_sess.run(train_op)
@@ -38,6 +36,7 @@ from machinery import console
 from machinery import errors
 from machinery import step_hooks
 from machinery import lock
+from machinery import recipe
 from machinery import writes
 import tensorflow as tf
 
@@ -113,26 +112,58 @@ def seed_graph(offset=0):
     tf.config.experimental.enable_op_determinism()
 
 
-def reached_max_steps(step=None, log_prefix=''):
-  """Says so in one line when training has reached --max_steps.
+def last_step(examples_per_step):
+  """Returns the global step training stops at: --max_steps, or the end of
+  --train_epochs (at examples_per_step a step) where that comes first."""
+  return recipe.from_flags().last_step(FLAGS.max_steps, examples_per_step)
+
+
+def reached_max_steps(last, step=None, log_prefix=''):
+  """Says so in one line when training has reached its last step.
 
   Args:
+    last: the step training stops at (last_step()).
     step: the global step training would resume from; None: the step of
       the latest checkpoint in --train_dir.
     log_prefix: text to start the line with.
 
   Returns:
-    Whether step is at or past --max_steps.
+    Whether step is at or past last.
   """
   if step is None:
     step = checkpoints.checkpoint_step(
         checkpoints.latest_checkpoint(FLAGS.train_dir).path)
-  if step < FLAGS.max_steps:
+  if step < last:
     return False
-  print('%sTraining in %s has reached step %d, --max_steps is %d: nothing '
-        'to do. To train on, run again with a higher --max_steps.'
-        % (log_prefix, FLAGS.train_dir, step, FLAGS.max_steps))
+  if last < FLAGS.max_steps:
+    limit, flag = ('the end of --train_epochs=%g (step %d)'
+                   % (FLAGS.train_epochs, last), 'higher --train_epochs')
+  else:
+    limit, flag = '--max_steps is %d' % last, 'higher --max_steps'
+  print('%sTraining in %s has reached step %d, %s: nothing to do. To train '
+        'on, run again with a %s.' % (log_prefix, FLAGS.train_dir, step,
+                                      limit, flag))
   return True
+
+
+def standard_hooks(loss, last, examples_per_step, num_towers=1,
+                   log_prefix=''):
+  """Returns the hooks every trainer gives its session, the tutorial's: stop
+  at the last step, stop on a NaN loss, print the step line.
+
+  Args:
+    loss: the loss tensor the step line reports and the NaN check reads.
+    last: the global step to stop at (last_step()).
+    examples_per_step: the examples this process trains on per step, for
+      the step line's examples/sec.
+    num_towers: the towers they are split over, for its sec/batch.
+    log_prefix: text to start each line with.
+  """
+  return [tf1.train.StopAtStepHook(last_step=last),
+          step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
+          step_hooks.LoggerHook(loss, FLAGS.log_frequency,
+                                examples_per_step=examples_per_step,
+                                num_towers=num_towers, prefix=log_prefix)]
 
 
 class LocalRole(object):

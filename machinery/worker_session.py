@@ -7,7 +7,7 @@ peer means:
 
   role = WorkerRole(server.target, task, own_variables=True,
                     train_dir=..., max_steps=..., peer_timeout_secs=300)
-  if session.reached_max_steps(role.resume_step(config, scaffold)): ...
+  if session.reached_max_steps(last, role.resume_step(config, scaffold)): ...
   with session.training_session(hooks + role.hooks(), ..., role=role):
 
 Worker 0, the chief, restores the model and writes --train_dir. The other
@@ -70,15 +70,17 @@ class _FailFastSessionCreator(tf1.train.SessionCreator):
 
 
 class StopIfReachedHook(tf1.train.SessionRunHook):
-  """Stops a session that starts at --max_steps or past it before its first
-  step, and says so (a worker that learns the step only in the session)."""
+  """Stops a session that starts at its last step or past it before its
+  first step, and says so (a worker that learns the step only in the
+  session)."""
 
-  def __init__(self, log_prefix):
+  def __init__(self, last, log_prefix):
+    self._last = last
     self._log_prefix = log_prefix
 
   def after_create_session(self, session_, coord):
     step = session_.run(tf1.train.get_global_step())
-    if session.reached_max_steps(step, self._log_prefix):
+    if session.reached_max_steps(self._last, step, self._log_prefix):
       coord.request_stop()
 
 
@@ -102,7 +104,7 @@ class WorkerRole(object):
         them (the scaffold's local_init_op then gives them the chief's
         values); only the chief restores them from train_dir.
       train_dir: --train_dir, the chief's.
-      max_steps: --max_steps.
+      max_steps: the step training stops at (session.last_step()).
       peer_timeout_secs: how long a collective waits for a peer, for the
         line that says one is gone.
     """
@@ -188,7 +190,7 @@ class WorkerRole(object):
   def hooks(self):
     """Returns the hooks the worker's session needs besides the trainer's."""
     if self._own_variables and not self.is_chief:
-      return [StopIfReachedHook(self.log_prefix)]
+      return [StopIfReachedHook(self._max_steps, self.log_prefix)]
     return []
 
   @property

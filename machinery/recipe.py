@@ -1,0 +1,141 @@
+"""Defines how the model is trained: the learning rate's schedule and the
+optimizer, as flags and as one value the trainers hand to the model.
+
+The tutorial's recipe is plain gradient descent at 0.1, divided by 10 every
+350 epochs. The flags below keep it by default and offer what large
+batches (many towers) need:
+
+  --optimizer=sgd|momentum|lars   gradient descent; with momentum (and
+                                  --nesterov); or LARS (machinery/lars.py)
+  --lr_schedule=tutorial|cosine|linear
+                                  the staircase, or a decay to zero at
+                                  --train_epochs, where the trainer stops
+  --learning_rate_scaling=linear  the rate times the examples a step
+                                  takes over 128 (Goyal et al., 2017)
+  --warmup_epochs=E               from --initial_learning_rate up to that
+                                  rate over the first E epochs
+
+A script reads them once, from_flags(), and passes the Recipe down:
+
+  recipe = recipe.from_flags()
+  train_op = cifar10.train(loss, global_step, batch_size, recipe)
+"""
+
+from __future__ import absolute_import
+from __future__ import division
+from __future__ import print_function
+
+import collections
+import math
+
+from machinery import errors
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+flags = tf1.flags
+FLAGS = flags.FLAGS
+
+# Training examples in an epoch (cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN).
+EXAMPLES_PER_EPOCH = 50000
+TUTORIAL_LEARNING_RATE = 0.1  # The tutorial's rate, --initial_learning_rate.
+DEFAULT_MOMENTUM = 0.9
+# LARS's trust coefficient, eta, as You et al. (2017) trained with it.
+DEFAULT_TRUST_COEFFICIENT = 0.001
+
+OPTIMIZERS = ('sgd', 'momentum', 'lars')
+SCHEDULES = ('tutorial', 'cosine', 'linear')
+
+flags.DEFINE_float('initial_learning_rate', TUTORIAL_LEARNING_RATE,
+                   'Initial learning rate of the decay schedule.')
+flags.DEFINE_enum('learning_rate_scaling', 'none', ['none', 'linear'],
+                  'none: --initial_learning_rate, however many examples a '
+                  'step takes (the tutorial). linear: times the examples a '
+                  'step takes over all towers and workers, over 128.')
+flags.DEFINE_float('warmup_epochs', 0.0,
+                   'Epochs over which the learning rate climbs linearly '
+                   'from --initial_learning_rate to its scaled value; 0: '
+                   'none.', lower_bound=0.0)
+flags.DEFINE_enum('lr_schedule', 'tutorial', list(SCHEDULES),
+                  'tutorial: divide the rate by 10 every 350 epochs. cosine, '
+                  'linear: after the warm-up, decay it to zero at '
+                  '--train_epochs, along a half cosine or a straight line.')
+flags.DEFINE_float('train_epochs', None,
+                   'Epochs to train for: the trainer stops there (or at '
+                   '--max_steps, whichever comes first), and the cosine and '
+                   'linear schedules reach zero there. None: no budget.')
+flags.DEFINE_enum('optimizer', 'sgd', list(OPTIMIZERS),
+                  'sgd: gradient descent (the tutorial). momentum: with '
+                  'momentum (--momentum, --nesterov). lars: momentum with '
+                  'layer-wise rate scaling (LARS, You et al. 2017; '
+                  '--lars_trust_coefficient).')
+flags.DEFINE_float('momentum', DEFAULT_MOMENTUM,
+                   'The momentum of --optimizer=momentum and lars.')
+flags.DEFINE_boolean('nesterov', False,
+                     'Nesterov\'s momentum for --optimizer=momentum and lars.')
+flags.DEFINE_float('lars_trust_coefficient', DEFAULT_TRUST_COEFFICIENT,
+                   'LARS: each layer\'s rate is the learning rate times this '
+                   'times |weights| / |gradient|.')
+
+
+class Recipe(collections.namedtuple('Recipe', [
+    'initial_learning_rate', 'learning_rate_scaling', 'warmup_epochs',
+    'lr_schedule', 'train_epochs', 'optimizer', 'momentum', 'nesterov',
+    'trust_coefficient'])):
+  """How the model trains: each field one of the flags above. The defaults
+  are the tutorial's (TUTORIAL)."""
+
+  def budget_steps(self, examples_per_step):
+    """Returns the step at which --train_epochs ends, or None without one."""
+    if self.train_epochs is None:
+      return None
+    return int(math.ceil(self.train_epochs * EXAMPLES_PER_EPOCH /
+                         examples_per_step))
+
+  def last_step(self, max_steps, examples_per_step):
+    """Returns the step training stops at: max_steps, or the end of
+    --train_epochs if it comes first."""
+    budget = self.budget_steps(examples_per_step)
+    return max_steps if budget is None else min(max_steps, budget)
+
+
+TUTORIAL = Recipe(
+    initial_learning_rate=TUTORIAL_LEARNING_RATE, learning_rate_scaling='none',
+    warmup_epochs=0.0, lr_schedule='tutorial', train_epochs=None,
+    optimizer='sgd', momentum=DEFAULT_MOMENTUM, nesterov=False,
+    trust_coefficient=DEFAULT_TRUST_COEFFICIENT)
+
+
+def check(recipe):
+  """Returns recipe if it can train, else raises errors.UsageError naming
+  the flag to change."""
+  if recipe.train_epochs is not None and recipe.train_epochs <= 0:
+    raise errors.UsageError('--train_epochs=%g: give a number of epochs '
+                            'above 0.' % recipe.train_epochs)
+  if recipe.lr_schedule != 'tutorial' and recipe.train_epochs is None:
+    raise errors.UsageError(
+        '--lr_schedule=%s decays the rate to zero at --train_epochs: give '
+        '--train_epochs.' % recipe.lr_schedule)
+  if (recipe.train_epochs is not None and
+      recipe.train_epochs <= recipe.warmup_epochs):
+    raise errors.UsageError(
+        'The schedule would end at --train_epochs=%g before its warm-up '
+        'does (--warmup_epochs=%g): give more --train_epochs or a shorter '
+        'warm-up.' % (recipe.train_epochs, recipe.warmup_epochs))
+  if not 0 <= recipe.momentum < 1:
+    raise errors.UsageError('--momentum=%g: give a momentum from 0 up to, '
+                            'not including, 1.' % recipe.momentum)
+  if recipe.trust_coefficient <= 0:
+    raise errors.UsageError('--lars_trust_coefficient=%g: give a number '
+                            'above 0.' % recipe.trust_coefficient)
+  return recipe
+
+
+def from_flags():
+  """Returns the Recipe the command line asks for (check()ed)."""
+  return check(Recipe(
+      initial_learning_rate=FLAGS.initial_learning_rate,
+      learning_rate_scaling=FLAGS.learning_rate_scaling,
+      warmup_epochs=FLAGS.warmup_epochs, lr_schedule=FLAGS.lr_schedule,
+      train_epochs=FLAGS.train_epochs, optimizer=FLAGS.optimizer,
+      momentum=FLAGS.momentum, nesterov=FLAGS.nesterov,
+      trust_coefficient=FLAGS.lars_trust_coefficient))

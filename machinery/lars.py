@@ -57,10 +57,10 @@ class LARSOptimizer(tf1.train.MomentumOptimizer):
   def trust_ratio(self, grad, var):
     """Returns var's trust ratio, trust_coefficient * |var| / |grad|, or 1
     where either norm is 0 (a layer at zero, or with no gradient)."""
-    w_norm = tf.norm(tf.cast(var, tf.float32))
-    g_norm = tf.norm(tf.cast(grad, tf.float32))
+    w_norm, g_norm = tf.norm(var), tf.norm(grad)
     return tf.where(tf.logical_and(w_norm > 0, g_norm > 0),
-                    self._trust_coefficient * w_norm / g_norm, 1.0)
+                    self._trust_coefficient * w_norm / g_norm,
+                    tf.ones_like(w_norm))
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Scales every gradient but the biases' by its trust ratio, then
@@ -74,7 +74,7 @@ class LARSOptimizer(tf1.train.MomentumOptimizer):
         ratio = self.trust_ratio(grad, var)
         if var.trainable:  # The model's variable; not a tower's copy of it.
           ratio = _keep_for_summary(ratio, var)
-        scaled.append((grad * tf.cast(ratio, grad.dtype), var))
+        scaled.append((grad * ratio, var))
     return super(LARSOptimizer, self).apply_gradients(
         scaled, global_step=global_step, name=name)
 
@@ -92,5 +92,5 @@ def _keep_for_summary(ratio, var):
                         collections=[tf1.GraphKeys.LOCAL_VARIABLES],
                         name=var.op.name.replace('/', '_') + '_trust_ratio')
   summaries.scalar_summary('trust_ratio/' + var.op.name, kept.read_value())
-  with tf.control_dependencies([kept.assign(ratio)]):
+  with tf.control_dependencies([kept.assign(tf.cast(ratio, tf.float32))]):
     return tf.identity(ratio)

@@ -22,6 +22,7 @@ from conftest import (checkpoint_step, error_lines, evaluate, run_script,
                       start_script)
 from machinery import cluster
 from machinery import hardware
+from machinery import recipe as recipes
 from machinery import worker_session
 
 tf1 = tf.compat.v1
@@ -331,7 +332,7 @@ def _train_in_threads(monkeypatch, tasks, mode, images, labels, train_dir,
     def run_worker(task):
       steps[task.task_index] = dist.train(
           servers[task.task_index], task, mode, ['/cpu:0'],
-          configs[task.task_index])
+          configs[task.task_index], recipes.TUTORIAL)
     threads = [threading.Thread(target=run_worker, args=(t,),
                                 name=str(t.task_index)) for t in tasks]
     for t in threads:
@@ -395,7 +396,8 @@ def test_variables_on_ps_tasks_cpus_towers_on_the_worker(monkeypatch):
   monkeypatch.setattr(cifar10, 'distorted_batches', lambda n: [
       (tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))] * n)
   with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
-    dist.build_worker_graph(task, ['/cpu:0', '/cpu:1'], sync_replicas=True)
+    dist.build_worker_graph(task, ['/cpu:0', '/cpu:1'], True,
+                            recipes.TUTORIAL)
     graph = tf1.get_default_graph()
     model = tf1.global_variables()
     # Round-robin over both ps tasks, on their CPUs (the global step and
@@ -494,79 +496,6 @@ def test_three_tasks_from_tf_config_alone_train_and_finish(fake_data_dir,
             'user. Keep the cluster on a trusted network (docs/distributed.md,'
             ' "Who can reach the servers").' % (name, port))
     assert line in output.splitlines(), output[-2000:]
-
-
-def _learning_rate_at(graph, steps):
-  """The learning rate a built trainer graph gives at each global step.
-
-  The graph's 'learning_rate' summary, evaluated alone, on this machine,
-  with the global step it reads fed in.
-  """
-  lr, = [s.op.inputs[1] for s in graph.get_collection(
-      tf1.GraphKeys.SUMMARIES) if s.op.type == 'ScalarSummary' and
-         s.op.inputs[0].op.get_attr('value').string_val == [b'learning_rate']]
-  graph_def = tf1.graph_util.extract_sub_graph(graph.as_graph_def(),
-                                               [lr.op.name])
-  for node in graph_def.node:
-    node.device = ''
-  with tf.Graph().as_default() as alone:
-    tf1.import_graph_def(graph_def, name='')
-    read, = [op.outputs[0] for op in alone.get_operations()
-             if op.type == 'ReadVariableOp']
-    with tf1.Session() as sess:
-      return [sess.run(lr.name, {read: step}) for step in steps]
-
-
-TRAINERS = [
-    ('single tower', 8), ('multi-GPU, 2 towers', 16),
-    ('ps sync, 2 workers x 2 towers', 32), ('ps async, 2 x 2', 16),
-    ('all-reduce, 2 workers x 2 towers', 32)]
-
-
-def _trainer_graph(trainer, data_dir, **flags):
-  """Builds a trainer's graph (TRAINERS) with batches of 8 per tower."""
-  import cifar10_train  # pylint: disable=g-import-not-at-top
-  ps_task = _tasks(['127.0.0.1:1'], ['127.0.0.1:2', '127.0.0.1:3'])[1]
-  all_reduce_task = _tasks([], ['127.0.0.1:2', '127.0.0.1:3'])[1]
-  build = {
-      'single tower': cifar10_train.build_train_op,
-      'multi-GPU, 2 towers': lambda: multi.build_graph(
-          2, True, 'parameter_server'),
-      'ps sync, 2 workers x 2 towers': lambda: dist.build_worker_graph(
-          ps_task, ['/cpu:0', '/cpu:1'], sync_replicas=True),
-      'ps async, 2 x 2': lambda: dist.build_worker_graph(
-          ps_task, ['/cpu:0', '/cpu:1'], sync_replicas=False),
-      'all-reduce, 2 workers x 2 towers': lambda: dist.build_allreduce_graph(
-          all_reduce_task, ['/cpu:0', '/cpu:1']),
-  }[trainer]
-  with flagsaver.flagsaver(data_dir=data_dir, batch_size=8, **flags), \
-      tf.Graph().as_default() as graph:
-    build()
-  return graph
-
-
-@pytest.mark.parametrize('trainer,examples_per_step', TRAINERS)
-def test_learning_rate_decays_after_350_epochs_of_the_trainers_examples(
-    fake_data_dir, trainer, examples_per_step):
-  graph = _trainer_graph(trainer, fake_data_dir)
-  decay = int(50000 / examples_per_step * 350)
-  assert _learning_rate_at(graph, [0, decay - 1, decay]) == pytest.approx(
-      [0.1, 0.1, 0.01])
-
-
-@pytest.mark.parametrize('trainer,examples_per_step', TRAINERS)
-def test_linear_scaling_and_warmup_count_every_towers_examples(
-    fake_data_dir, trainer, examples_per_step):
-  graph = _trainer_graph(trainer, fake_data_dir,
-                         learning_rate_scaling='linear', warmup_epochs=2.0)
-  # The tutorial's 0.1 for its 128 examples a step, scaled to this step's.
-  scaled = 0.1 * examples_per_step / 128
-  warmup = int(50000 / examples_per_step * 2)
-  decay = int(50000 / examples_per_step * 350)
-  assert _learning_rate_at(
-      graph, [0, warmup // 2, warmup, decay - 1, decay]) == pytest.approx(
-          [0.1, 0.1 + (scaled - 0.1) * (warmup // 2) / warmup, scaled,
-           scaled, scaled / 10])
 
 
 def test_allreduce_peer_that_never_starts_or_hangs_is_one_line(

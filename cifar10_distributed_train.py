@@ -54,6 +54,7 @@ from machinery import cli
 from machinery import cluster
 from machinery import errors
 from machinery import hardware
+from machinery import noise_scale
 from machinery import ps_task
 from machinery import recipe as recipes
 from machinery import session
@@ -140,6 +141,9 @@ def build_worker_graph(task, local_devices, sync_replicas, recipe):
     else:
       # Each worker applies its own gradient as it comes (asynchronous).
       train_op = cifar10.apply_gradients(opt, grads, global_step)
+    # The gradient noise scale of this worker's towers, for TensorBoard.
+    train_op = tf.group(train_op, noise_scale.track(
+        tower_grads, grads, int(batches[0][0].shape[0])))
   last = len(local_devices) - 1
   return train_op, tower_losses[last], tf1.train.Scaffold(
       summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last)), (

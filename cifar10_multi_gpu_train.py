@@ -44,6 +44,7 @@ import cifar10
 import cifar10_replicated
 from machinery import cli
 from machinery import hardware
+from machinery import noise_scale
 from machinery import recipe as recipes
 from machinery import session
 from machinery import summaries
@@ -56,6 +57,7 @@ FLAGS = flags.FLAGS
 session.define_trainer_flags(max_steps=1000000)
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use.', lower_bound=1)
 flags.adopt_module_key_flags(hardware)  # --virtual_gpus
+flags.adopt_module_key_flags(noise_scale)  # --gradient_noise_scale
 flags.adopt_module_key_flags(cifar10_replicated)  # --variable_update
 flags.adopt_module_key_flags(cifar10)
 flags.adopt_module_key_flags(session)
@@ -182,8 +184,12 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL):
   grads = average_gradients(tower_grads)
 
   # Apply it to the shared variables, then update their moving averages
-  # (the weights cifar10_eval.py evaluates).
-  train_op = cifar10.apply_gradients(opt, grads, global_step)
+  # (the weights cifar10_eval.py evaluates). Beside it, how far each tower's
+  # gradient is from the mean tells how noisy one batch's gradient is: the
+  # gradient noise scale, for TensorBoard (machinery/noise_scale.py).
+  train_op = tf.group(
+      cifar10.apply_gradients(opt, grads, global_step),
+      noise_scale.track(tower_grads, grads, int(batches[0][0].shape[0])))
 
   # As the tutorial's, the step line reports the last tower's loss and
   # TensorBoard shows the last tower's summaries, beside the shared ones.

@@ -30,6 +30,7 @@ from __future__ import print_function
 
 import cifar10
 from machinery import hardware
+from machinery import noise_scale
 from machinery import recipe as recipes
 from machinery import summaries
 import numpy as np
@@ -189,10 +190,14 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
   # in one update (one loss-scale check, one global step).
   communication, line = hardware.all_reduce_between(devices, gpus_shared)
   print(line)
-  grads = sum(all_reduce_mean(tower_grads, devices,
-                              num_workers * len(devices), timeout_secs,
-                              communication), [])
-  train_op = cifar10.apply_gradients(opt, grads, global_step)
+  reduced = all_reduce_mean(tower_grads, devices, num_workers * len(devices),
+                            timeout_secs, communication)
+  train_op = tf.group(
+      cifar10.apply_gradients(opt, sum(reduced, []), global_step),
+      # The gradient noise scale, from the towers' gradients and tower 0's
+      # copy of their mean (machinery/noise_scale.py).
+      noise_scale.track(tower_grads, reduced[0], int(batches[0][0].shape[0]),
+                        num_workers * len(devices)))
   # The step line reports the last tower's loss, TensorBoard shows its
   # summaries, as with shared variables.
   return train_op, tower_losses[-1], tf1.train.Scaffold(

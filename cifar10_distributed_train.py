@@ -54,6 +54,7 @@ from machinery import cli
 from machinery import cluster
 from machinery import errors
 from machinery import hardware
+from machinery import memory
 from machinery import noise_scale
 from machinery import ps_task
 from machinery import recipe as recipes
@@ -287,6 +288,8 @@ def main(argv=None):  # pylint: disable=unused-argument
     return
 
   # A worker: its towers' devices, its server, then training.
+  memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
+                         towers=FLAGS.num_gpus)
   cifar10.maybe_download_and_extract()
   local_devices, config = hardware.tower_devices(
       FLAGS.num_gpus, FLAGS.virtual_gpus or all_reduce)

@@ -29,6 +29,7 @@ from machinery import cli
 from machinery import console
 from machinery import errors
 from machinery import hardware
+from machinery import lock
 from machinery import writes
 import numpy as np
 import tensorflow as tf
@@ -207,19 +208,32 @@ def evaluate():
     # each precision.
     summary_op = tf1.summary.merge_all()
 
-    summary_writer = tf1.summary.FileWriter(FLAGS.eval_dir, g)
-    console.quiet_event_writer_errors()  # _record says it in one line.
+    # One evaluator per --eval_dir: a second would write an event file of
+    # the same name over this one's.
+    held = lock.hold(FLAGS.eval_dir, lock.EVALUATOR)
+    try:
+      summary_writer = tf1.summary.FileWriter(FLAGS.eval_dir, g)
+      console.quiet_event_writer_errors()  # _record says it in one line.
+      _evaluate_each(saver, summary_writer, top_k_op, summary_op,
+                     variables_to_restore)
+    finally:
+      if held:
+        held.close()
 
-    last_evaluated = None
-    while True:
-      checkpoint_path = _latest_checkpoint()
-      if checkpoint_path and checkpoint_path != last_evaluated:
-        if eval_once(saver, summary_writer, top_k_op, summary_op,
-                     checkpoint_path, variables_to_restore) is not None:
-          last_evaluated = checkpoint_path
-      if FLAGS.run_once:
-        break
-      time.sleep(FLAGS.eval_interval_secs)
+
+def _evaluate_each(saver, summary_writer, top_k_op, summary_op, variables):
+  """Evaluates the latest checkpoint once (--run_once), or each new one as
+  it comes, checking every --eval_interval_secs."""
+  last_evaluated = None
+  while True:
+    checkpoint_path = _latest_checkpoint()
+    if checkpoint_path and checkpoint_path != last_evaluated:
+      if eval_once(saver, summary_writer, top_k_op, summary_op,
+                   checkpoint_path, variables) is not None:
+        last_evaluated = checkpoint_path
+    if FLAGS.run_once:
+      break
+    time.sleep(FLAGS.eval_interval_secs)
 
 
 _said = set()

@@ -38,6 +38,7 @@ import re
 import cifar10
 from machinery import cli
 from machinery import hardware
+from machinery import memory
 from machinery import recipe as recipes
 from machinery import session
 import tensorflow as tf
@@ -128,6 +129,9 @@ def main(argv=None):  # pylint: disable=unused-argument
   recipe = recipes.from_flags()
   if session.reached_max_steps(session.last_step(FLAGS.batch_size)):
     return
+  # One line, rather than the OOM killer, if a step would not fit in memory.
+  memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
+                         towers=1)
   cifar10.maybe_download_and_extract()
   train(recipe)
 

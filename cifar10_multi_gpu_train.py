@@ -44,6 +44,7 @@ import cifar10
 import cifar10_replicated
 from machinery import cli
 from machinery import hardware
+from machinery import memory
 from machinery import noise_scale
 from machinery import recipe as recipes
 from machinery import session
@@ -253,6 +254,9 @@ def main(argv=None):  # pylint: disable=unused-argument
   if session.reached_max_steps(
       session.last_step(FLAGS.batch_size * FLAGS.num_gpus)):
     return
+  # One line, rather than the OOM killer, if a step would not fit in memory.
+  memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
+                         towers=FLAGS.num_gpus)
   cifar10.maybe_download_and_extract()
   train(recipe)
 

@@ -38,6 +38,10 @@ class LockError(Error):
   """Another trainer holds --train_dir, or its filesystem takes no locks."""
 
 
+class OutOfMemoryError(Error):
+  """A step needs more memory than the machine or its device has."""
+
+
 class DivergedError(Error):
   """The loss became NaN or infinite: training diverged."""
 

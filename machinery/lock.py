@@ -1,13 +1,18 @@
-"""Keeps a second trainer out of a --train_dir while one trains in it.
+"""Keeps a second trainer out of a --train_dir while one trains in it, and
+a second evaluator out of an --eval_dir.
 
-Two trainers in one directory would overwrite each other's checkpoints.
-The training session holds the lock while it runs:
+Two trainers in one directory would overwrite each other's checkpoints;
+two evaluators, each other's event file (the same name: the second's
+time and host). The training session holds the lock while it runs, the
+evaluator while it evaluates:
 
   held = lock.hold('/tmp/cifar10_train')   # errors.LockError if taken
   ...
   held.close()
+  held = lock.hold('/tmp/cifar10_eval', EVALUATOR)
 
-The lock is <train_dir>/trainer.lock, a file that names its holder. On
+The lock is <train_dir>/trainer.lock (<eval_dir>/evaluator.lock), a file
+that names its holder. On
 Linux and macOS it is an flock on that file, which the kernel releases
 when the process ends, even by kill -9. Where there is no fcntl
 (Windows), the file itself is the lock: made only if it does not exist,
@@ -19,6 +24,7 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import collections
 import ctypes
 import os
 import re
@@ -35,18 +41,29 @@ except ImportError:  # Windows.
 # The file in --train_dir that the training process holds a lock on.
 LOCK_FILE = 'trainer.lock'
 
+
+class Holder(collections.namedtuple('Holder', ['flag', 'lock_file', 'work'])):
+  """Who holds a directory's lock: its flag ('train_dir'), its lock file,
+  and what the error line advises to do instead ('train')."""
+
+
+TRAINER = Holder('train_dir', LOCK_FILE, 'train')
+EVALUATOR = Holder('eval_dir', 'evaluator.lock', 'evaluate')
+
 # How a lock file names its holder, and how that is read back.
 _HOLDER = 'process %d on %s (%s)\n'
 _HOLDER_PID_HOST = re.compile(r'^process (\d+) on (\S+) ')
 
 
-def hold(train_dir):
-  """Takes the lock that keeps a second trainer out of train_dir.
+def hold(train_dir, holder=TRAINER):
+  """Takes the lock that keeps a second trainer (evaluator) out of
+  train_dir (its --eval_dir).
 
   Local paths only: a 'scheme://' train_dir is not locked.
 
   Args:
     train_dir: the trainer's --train_dir, made if it does not exist.
+    holder: TRAINER, or EVALUATOR for an --eval_dir.
 
   Returns:
     The held lock, to close() when training ends, or None.
@@ -58,23 +75,24 @@ def hold(train_dir):
   """
   if '://' in train_dir:
     return None
-  path = os.path.join(train_dir, LOCK_FILE)
+  path = os.path.join(train_dir, holder.lock_file)
   try:
     os.makedirs(train_dir, exist_ok=True)
     if fcntl:
-      return _flock(path, train_dir)
-    return _exclusive_file(path, train_dir)
+      return _flock(path, train_dir, holder)
+    return _exclusive_file(path, train_dir, holder)
   except OSError as e:
     raise errors.WriteError(
-        'Cannot make the lock file %s: %s. Check that --train_dir=%s can be '
-        'written to.' % (path, e.strerror or e, train_dir))
+        'Cannot make the lock file %s: %s. Check that --%s=%s can be '
+        'written to.' % (path, e.strerror or e, holder.flag, train_dir))
 
 
-def _in_use(train_dir, holder, hint=''):
-  """Makes the LockError of a train_dir another trainer holds."""
+def _in_use(train_dir, holder, by, hint=''):
+  """Makes the LockError of a directory another process holds (by)."""
   return errors.LockError(
-      '--train_dir=%s is in use by %s. Wait for it to end or stop it, or '
-      'train in another --train_dir.%s' % (train_dir, holder, hint))
+      '--%s=%s is in use by %s. Wait for it to end or stop it, or %s in '
+      'another --%s.%s' % (holder.flag, train_dir, by, holder.work,
+                           holder.flag, hint))
 
 
 def _holder():
@@ -82,7 +100,7 @@ def _holder():
   return _HOLDER % (os.getpid(), socket.gethostname(), ' '.join(sys.argv))
 
 
-def _flock(path, train_dir):
+def _flock(path, train_dir, holder):
   """Holds an flock on path (Linux, macOS): the kernel releases it when
   the process ends. Returns the open file."""
   lock = open(path, 'a+')
@@ -90,14 +108,14 @@ def _flock(path, train_dir):
     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:  # Another process holds it.
     lock.seek(0)
-    holder = lock.read().strip() or 'another process'
+    by = lock.read().strip() or 'another process'
     lock.close()
-    raise _in_use(train_dir, holder)
+    raise _in_use(train_dir, holder, by)
   except OSError as e:  # This filesystem takes no locks.
     lock.close()
     raise errors.LockError(
-        'Cannot lock %s: %s. Give a --train_dir on a local filesystem.'
-        % (path, e.strerror or e))
+        'Cannot lock %s: %s. Give a --%s on a local filesystem.'
+        % (path, e.strerror or e, holder.flag))
   lock.truncate(0)
   lock.write(_holder())
   lock.flush()
@@ -118,7 +136,7 @@ class _ExclusiveFile(object):
       pass  # Removed by hand: nothing left to release.
 
 
-def _exclusive_file(path, train_dir):
+def _exclusive_file(path, train_dir, holder):
   """Holds path as a lock without fcntl: made only if it does not exist.
 
   A lock file whose process is gone is taken over; one of another machine
@@ -129,9 +147,9 @@ def _exclusive_file(path, train_dir):
       fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
       with open(path) as f:
-        holder = f.read().strip()
-      if _holder_alive(holder):
-        raise _in_use(train_dir, holder or 'another process',
+        by = f.read().strip()
+      if _holder_alive(by):
+        raise _in_use(train_dir, holder, by or 'another process',
                       ' Where it no longer runs, delete %s.' % path)
       try:
         os.remove(path)  # Its process is gone: take the lock over.
@@ -141,7 +159,7 @@ def _exclusive_file(path, train_dir):
     with os.fdopen(fd, 'w') as f:
       f.write(_holder())
     return _ExclusiveFile(path)
-  raise _in_use(train_dir, 'another process')
+  raise _in_use(train_dir, holder, 'another process')
 
 
 def _holder_alive(holder):

@@ -30,6 +30,7 @@ from __future__ import print_function
 import contextlib
 import functools
 import math
+import re
 
 from machinery import checkpoints
 from machinery import console
@@ -314,7 +315,8 @@ def _chief_hooks(role, resumed_step, scaffold, log_prefix):
 
 @contextlib.contextmanager
 def _step_errors():
-  """Lets a step's failed write leave the session as one WriteError.
+  """Lets a step's failed write leave the session as one WriteError, and a
+  step that ran out of memory as one OutOfMemoryError.
 
   MonitoredSession takes an OutOfRangeError for the end of the input and
   ends the session as if training were done. The training input repeats
@@ -326,7 +328,7 @@ def _step_errors():
   try:
     yield
   except writes.WRITE_ERRORS as e:
-    error = _write_error(e)
+    error = _write_error(e) or out_of_memory_error(e)
     if error:
       raise error
     if isinstance(e, tf.errors.OutOfRangeError):
@@ -367,6 +369,27 @@ def _diverged(error, is_chief):
       'resume from it.' % (error.value, error.step,
                            checkpoints.rewind_to_finite(FLAGS.train_dir)
                            if is_chief else 'of the chief', rate))
+
+
+def out_of_memory_error(error):
+  """Makes the OutOfMemoryError of a step that ran out of memory on a
+  device (TensorFlow's ResourceExhaustedError 'OOM when allocating', as a
+  GPU's allocator raises it), or returns None for any other error: a full
+  disk, also a ResourceExhaustedError, names a file instead."""
+  match = re.search(r'OOM when allocating tensor with shape\[([^\]]*)\].*? on '
+                    r'(?:/job:\w+/replica:\d+/task:\d+/)?(?:device:)?(\S+) ',
+                    str(error))
+  if not isinstance(error, tf.errors.ResourceExhaustedError) or not match:
+    return None
+  shared = 'num_gpus' in FLAGS and FLAGS.num_gpus > 1
+  return errors.OutOfMemoryError(
+      'Out of memory on %s in a training step (allocating a tensor of shape '
+      '[%s]) with --batch_size=%d%s. Lower --batch_size%s and run again: it '
+      'resumes from the last checkpoint, %s.' % (
+          match.group(2), match.group(1), FLAGS.batch_size,
+          ' a tower' if shared else '',
+          ' (or --num_gpus, where towers share a GPU with --virtual_gpus)'
+          if shared else '', tf1.train.latest_checkpoint(FLAGS.train_dir)))
 
 
 def _write_error(error):

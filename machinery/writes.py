@@ -2,7 +2,10 @@
 
 A full disk (ResourceExhaustedError), a file-size limit such as
 `ulimit -f` (OutOfRangeError: EFBIG), a read-only or vanished directory:
-TensorFlow names the file and the system's reason. The trainer, the
+TensorFlow names the file and the system's reason. Only an error that
+names a file in the directory is a failed write: a step out of memory is
+also a ResourceExhaustedError, and names none (session.out_of_memory_error
+says it). The trainer, the
 evaluator and cifar10_predict.py each catch WRITE_ERRORS around their
 writes and ask write_error() what it was:
 

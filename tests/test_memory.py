@@ -45,15 +45,16 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 """ % REPO
 
 
-@pytest.mark.parametrize('script, batch, towers', [
-    ('cifar10_train.py', 512, 1), ('cifar10_train.py', 2048, 1),
-    ('cifar10_multi_gpu_train.py', 1024, 2),
-    ('cifar10_multi_gpu_train.py', 512, 4)])
+@pytest.mark.parametrize('script, batch, towers, flags', [
+    ('cifar10_train.py', 512, 1, []), ('cifar10_train.py', 2048, 1, []),
+    ('cifar10_train.py', 2048, 1, ['--use_bf16']),
+    ('cifar10_multi_gpu_train.py', 1024, 2, []),
+    ('cifar10_multi_gpu_train.py', 512, 4, [])])
 def test_estimate_is_the_measured_peak(real_data_dir, tmp_path, script, batch,
-                                       towers):
+                                       towers, flags):
   args = [os.path.join(REPO, script), '--data_dir=' + real_data_dir,
           '--train_dir=' + str(tmp_path / 'train'), '--max_steps=4',
-          '--batch_size=%d' % batch]
+          '--batch_size=%d' % batch] + flags
   if towers > 1:
     args += ['--num_gpus=%d' % towers, '--virtual_gpus']
   result = subprocess.run([sys.executable, '-c', MEASURED] + args,

@@ -90,3 +90,36 @@ def test_without_fcntl_one_trainer_per_dir_ctrl_c_saves_kill_9_taken_over(
   assert after.returncode == 0, after.stderr[-2000:]
   assert checkpoint_step(train_dir) == step + 3
   assert not os.path.exists(lock_file)
+
+
+def test_without_fcntl_one_evaluator_per_eval_dir(no_fcntl, fake_data_dir,
+                                                  tmp_path):
+  train_dir = str(tmp_path / 'train')
+  assert run_script('cifar10_train.py', '--data_dir=' + fake_data_dir,
+                    '--train_dir=' + train_dir, '--max_steps=2',
+                    '--batch_size=8', env=no_fcntl).returncode == 0
+  eval_dir = str(tmp_path / 'eval')
+  lock_file = os.path.join(eval_dir, 'evaluator.lock')
+  args = ['--data_dir=' + fake_data_dir, '--checkpoint_dir=' + train_dir,
+          '--eval_dir=' + eval_dir, '--batch_size=8', '--num_examples=16']
+  first = start_script('cifar10_eval.py', '--eval_interval_secs=600', *args,
+                       env=no_fcntl)
+  try:
+    first.out.wait_for(r'precision @ 1 = ', timeout=300)
+    second = run_script('cifar10_eval.py', '--run_once', *args, env=no_fcntl)
+  finally:
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+  assert second.returncode == 1
+  line, = error_lines(second.stderr)
+  assert line.startswith('Error: --eval_dir=%s is in use by process %d on '
+                         % (eval_dir, first.pid))
+  assert line.endswith('or evaluate in another --eval_dir. Where it no '
+                       'longer runs, delete %s.' % lock_file)
+  # Killed, it left its lock file: the next evaluator takes it over, and
+  # removes it when it ends.
+  assert os.path.exists(lock_file)
+  again = run_script('cifar10_eval.py', '--run_once', *args, env=no_fcntl)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert 'precision @ 1 = ' in again.stdout
+  assert not os.path.exists(lock_file)

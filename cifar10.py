@@ -4,7 +4,7 @@ Summary of available functions:
 
  # Compute input images and labels for training. If you would like to run
  # evaluations, use inputs() instead.
- inputs, labels = distorted_inputs()
+ inputs, labels = distorted_inputs(data_dir)
 
  # Compute inference on the model inputs to make a prediction.
  predictions = inference(inputs)
@@ -15,10 +15,11 @@ Summary of available functions:
  # Create a graph to run one step of training with respect to the loss.
  train_op = train(loss, global_step)
 
-The data comes from cifar10_input.py, the options for speed (mixed
-precision, the layout, XLA) from machinery/options.py. The functions
-read the model's flags, defined here and there, as the tutorial's did;
-the scripts parse them.
+The data comes from cifar10_input.py. The functions take what they need
+as arguments, the tutorial's values by default, so that they run as they
+are in a notebook; the scripts read the flags defined here (and the
+recipe's, machinery/recipe.py, and the options for speed,
+machinery/options.py) once, and pass them down.
 """
 
 from __future__ import absolute_import
@@ -57,9 +58,11 @@ TUTORIAL_BATCH_SIZE = 128         # The examples a step of the tutorial took.
 TOWER_NAME = 'tower'
 
 # Basic model parameters.
-flags.DEFINE_integer('batch_size', 128,
+BATCH_SIZE = TUTORIAL_BATCH_SIZE
+DATA_DIR = '/tmp/cifar10_data'
+flags.DEFINE_integer('batch_size', BATCH_SIZE,
                      'Number of images to process in a batch.', lower_bound=1)
-flags.DEFINE_string('data_dir', '/tmp/cifar10_data',
+flags.DEFINE_string('data_dir', DATA_DIR,
                     'Path to the CIFAR-10 data directory.')
 flags.DEFINE_string('data_url', download.DATA_URL,
                     'Where to get the CIFAR-10 binary archive when data_dir '
@@ -84,7 +87,7 @@ def _activation_summary(x):
   summaries.scalar_summary(layer_name + '/sparsity', tf.nn.zero_fraction(x))
 
 
-def _variable_on_cpu(name, shape, initializer):
+def _variable_on_cpu(name, shape, initializer, dtype=tf.float32):
   """Creates (or, in a reusing scope, gets) a variable kept on /cpu:0.
 
   The variable is float32 in every precision, so checkpoints are the same;
@@ -95,17 +98,18 @@ def _variable_on_cpu(name, shape, initializer):
     name: the variable's name in the current variable scope.
     shape: its shape, a list of ints.
     initializer: what sets its first value.
+    dtype: the dtype the model computes in.
 
   Returns:
-    The variable, in the dtype the model computes in.
+    The variable, in dtype.
   """
   with tf.device('/cpu:0'):
     var = tf1.get_variable(name, shape, initializer=initializer,
                            dtype=tf.float32)
-  return tf.cast(var, options.compute_dtype())
+  return tf.cast(var, dtype)
 
 
-def _variable_with_weight_decay(name, shape, stddev, wd):
+def _variable_with_weight_decay(name, shape, stddev, wd, dtype=tf.float32):
   """Creates a variable on /cpu:0 from a truncated normal, with weight decay.
 
   The weight decay, wd * l2_loss of the variable (in float32), goes into
@@ -116,12 +120,14 @@ def _variable_with_weight_decay(name, shape, stddev, wd):
     shape: its shape, a list of ints.
     stddev: the standard deviation of its initial values.
     wd: the weight decay factor, or None.
+    dtype: the dtype the model computes in.
 
   Returns:
-    The variable, in the dtype the model computes in (_variable_on_cpu).
+    The variable, in dtype (_variable_on_cpu).
   """
   var = _variable_on_cpu(name, shape,
-                         tf1.truncated_normal_initializer(stddev=stddev))
+                         tf1.truncated_normal_initializer(stddev=stddev),
+                         dtype)
   if wd is not None:
     weight_decay = tf.multiply(tf.nn.l2_loss(tf.cast(var, tf.float32)), wd,
                                name='weight_loss')
@@ -129,47 +135,54 @@ def _variable_with_weight_decay(name, shape, stddev, wd):
   return var
 
 
-def distorted_batches(num_batches):
+def distorted_batches(num_batches, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
+                      opts=options.DEFAULT):
   """Constructs distinct distorted training batches from one input pipeline.
 
   Args:
     num_batches: how many batches each step takes (one per tower).
+    data_dir: where the CIFAR-10 data is.
+    batch_size: the examples of each batch.
+    opts: the options.Options: the images come in its compute dtype.
 
   Returns:
     A list of num_batches (images, labels) pairs: images
     [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], labels [batch_size].
   """
   batches = cifar10_input.distorted_batches(
-      data_dir=FLAGS.data_dir, batch_size=FLAGS.batch_size,
-      num_batches=num_batches)
-  dtype = options.compute_dtype()
+      data_dir=data_dir, batch_size=batch_size, num_batches=num_batches)
+  dtype = opts.compute_dtype()
   return [(tf.cast(images, dtype), labels) for images, labels in batches]
 
 
-def distorted_inputs():
+def distorted_inputs(data_dir=DATA_DIR, batch_size=BATCH_SIZE,
+                     opts=options.DEFAULT):
   """Constructs one distorted training batch (see distorted_batches).
 
   Returns:
     images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
     labels: [batch_size].
   """
-  return distorted_batches(1)[0]
+  return distorted_batches(1, data_dir, batch_size, opts)[0]
 
 
-def inputs(eval_data):
+def inputs(eval_data, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
+           opts=options.DEFAULT):
   """Constructs evaluation batches: central crops, in file order.
 
   Args:
     eval_data: bool, True for the test set, False for the training set.
+    data_dir: where the CIFAR-10 data is.
+    batch_size: the examples of each batch.
+    opts: the options.Options: the images come in its compute dtype.
 
   Returns:
     images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
     labels: [batch_size].
   """
   images, labels = cifar10_input.inputs(
-      eval_data=eval_data, data_dir=FLAGS.data_dir,
-      batch_size=FLAGS.batch_size)
-  return tf.cast(images, options.compute_dtype()), labels
+      eval_data=eval_data, data_dir=data_dir, batch_size=batch_size)
+  return tf.cast(images, opts.compute_dtype()), labels
 
 
 def _max_pool(x, name, data_format):
@@ -181,31 +194,39 @@ def _max_pool(x, name, data_format):
       padding='SAME', data_format=data_format, name=name)
 
 
-@options.compiled  # With --xla, the model and its gradients go to XLA.
-def inference(images):
+def inference(images, opts=options.DEFAULT):
   """Builds the CIFAR-10 model.
 
   Args:
-    images: Images returned from distorted_inputs() or inputs(), NHWC.
+    images: Images returned from distorted_inputs() or inputs(), NHWC, in
+      the compute dtype of opts.
+    opts: the options.Options: precision, layout, XLA.
 
   Returns:
     Logits, [batch_size, NUM_CLASSES].
   """
+  with opts.compiled():  # With --xla, the model and its gradients go to XLA.
+    return _layers(images, opts.data_format(), opts.compute_dtype())
+
+
+def _layers(images, fmt, dtype):
+  """Builds the model's layers on images in layout fmt (NHWC or NCHW, for
+  the device it runs on), computing in dtype; returns the logits."""
   # Every variable is made by tf.get_variable(), never tf.Variable(): in a
   # reusing variable scope it finds the variable of that name instead of
   # making a new one, so every tower of the multi-GPU trainer that builds
   # this model trains the same variables. One tower alone needs no sharing.
-  fmt = options.data_format()  # NHWC or NCHW, for the device it runs on.
   if fmt == 'NCHW':
     images = tf.transpose(images, [0, 3, 1, 2])
 
   # conv1
   with tf1.variable_scope('conv1') as scope:
     kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
-                                         stddev=5e-2, wd=None)
+                                         stddev=5e-2, wd=None, dtype=dtype)
     conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME',
                         data_format=fmt)
-    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0))
+    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0),
+                              dtype)
     pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
     conv1 = tf.nn.relu(pre_activation, name=scope.name)
     _activation_summary(conv1)
@@ -219,10 +240,11 @@ def inference(images):
   # conv2
   with tf1.variable_scope('conv2') as scope:
     kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
-                                         stddev=5e-2, wd=None)
+                                         stddev=5e-2, wd=None, dtype=dtype)
     conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME',
                         data_format=fmt)
-    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1))
+    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1),
+                              dtype)
     pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
     conv2 = tf.nn.relu(pre_activation, name=scope.name)
     _activation_summary(conv2)
@@ -244,16 +266,18 @@ def inference(images):
     dim = int(np.prod(pool2.get_shape()[1:]))
     reshape = tf.reshape(pool2, [-1, dim])
     weights = _variable_with_weight_decay('weights', shape=[dim, 384],
-                                          stddev=0.04, wd=0.004)
-    biases = _variable_on_cpu('biases', [384], tf1.constant_initializer(0.1))
+                                          stddev=0.04, wd=0.004, dtype=dtype)
+    biases = _variable_on_cpu('biases', [384], tf1.constant_initializer(0.1),
+                              dtype)
     local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases, name=scope.name)
     _activation_summary(local3)
 
   # local4
   with tf1.variable_scope('local4') as scope:
     weights = _variable_with_weight_decay('weights', shape=[384, 192],
-                                          stddev=0.04, wd=0.004)
-    biases = _variable_on_cpu('biases', [192], tf1.constant_initializer(0.1))
+                                          stddev=0.04, wd=0.004, dtype=dtype)
+    biases = _variable_on_cpu('biases', [192], tf1.constant_initializer(0.1),
+                              dtype)
     local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
     _activation_summary(local4)
 
@@ -262,9 +286,10 @@ def inference(images):
   # softmax itself, faster and more stable than a softmax here).
   with tf1.variable_scope('softmax_linear') as scope:
     weights = _variable_with_weight_decay('weights', [192, NUM_CLASSES],
-                                          stddev=1 / 192.0, wd=None)
+                                          stddev=1 / 192.0, wd=None,
+                                          dtype=dtype)
     biases = _variable_on_cpu('biases', [NUM_CLASSES],
-                              tf1.constant_initializer(0.0))
+                              tf1.constant_initializer(0.0), dtype)
     softmax_linear = tf.add(tf.matmul(local4, weights), biases,
                             name=scope.name)
     _activation_summary(softmax_linear)
@@ -373,10 +398,10 @@ def learning_rate(global_step, examples_per_step, recipe=recipes.TUTORIAL):
   return lr
 
 
-def optimizer(lr, recipe=recipes.TUTORIAL):
+def optimizer(lr, recipe=recipes.TUTORIAL, opts=options.DEFAULT):
   """Makes the recipe's optimizer at rate lr: the tutorial's gradient
-  descent, momentum, or LARS (machinery/lars.py). With --use_fp16 it
-  scales the loss (options.loss_scale), its scale summarized as
+  descent, momentum, or LARS (machinery/lars.py). With opts' --use_fp16
+  it scales the loss (Options.loss_scale), its scale summarized as
   'loss_scale'."""
   if recipe.optimizer == 'sgd':
     opt = tf1.train.GradientDescentOptimizer(lr)
@@ -386,17 +411,24 @@ def optimizer(lr, recipe=recipes.TUTORIAL):
   else:
     opt = lars.LARSOptimizer(lr, recipe.momentum, recipe.trust_coefficient,
                              use_nesterov=recipe.nesterov)
-  scale = options.loss_scale()
+  scale = opts.loss_scale()
   if scale is None:
     return opt
   summaries.scalar_summary('loss_scale', scale())
   return tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, scale)
 
 
-def variable_averages(global_step):
+def variable_averages(global_step=None):
   """Makes the variables' moving averages (eval's weights), warmed up by
   the step."""
   return tf1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY, global_step)
+
+
+def averaged_weights():
+  """Maps the names in a checkpoint of the trained variables' moving
+  averages to the model's variables (in the default graph): restoring
+  them gives the model the weights cifar10_eval.py measures."""
+  return variable_averages().variables_to_restore()
 
 
 def variable_summaries(grads):
@@ -434,8 +466,8 @@ def apply_gradients(opt, grads, global_step):
   return variables_averages_op
 
 
-def train(total_loss, global_step, batch_size=TUTORIAL_BATCH_SIZE,
-          recipe=recipes.TUTORIAL):
+def train(total_loss, global_step, batch_size=BATCH_SIZE,
+          recipe=recipes.TUTORIAL, opts=options.DEFAULT):
   """Builds one step of gradient descent (or the recipe's optimizer), then
   the moving averages.
 
@@ -445,6 +477,7 @@ def train(total_loss, global_step, batch_size=TUTORIAL_BATCH_SIZE,
     batch_size: the examples the loss is over, which the learning rate's
       schedule counts.
     recipe: a machinery.recipe.Recipe: the learning rate and optimizer.
+    opts: the options.Options the model was built with (the loss scale).
 
   Returns:
     train_op: op for training.
@@ -456,15 +489,39 @@ def train(total_loss, global_step, batch_size=TUTORIAL_BATCH_SIZE,
 
   # Compute gradients.
   with tf.control_dependencies([loss_averages_op]):
-    opt = optimizer(lr, recipe)
+    opt = optimizer(lr, recipe, opts)
     grads = opt.compute_gradients(total_loss)
 
   # Apply gradients, then the moving averages of the trained variables.
   return apply_gradients(opt, grads, global_step)
 
 
-def maybe_download_and_extract():
-  """Downloads and extracts the data into --data_dir, or raises
-  errors.DataError (machinery/download.py)."""
-  download.maybe_download_and_extract(
-      FLAGS.data_dir, FLAGS.data_url, FLAGS.data_md5)
+def maybe_download_and_extract(data_dir=DATA_DIR, data_url=download.DATA_URL,
+                               data_md5=''):
+  """Downloads and extracts the data into data_dir, or raises
+  errors.DataError (machinery/download.py).
+
+  Args:
+    data_dir: where the data goes.
+    data_url: where to get the archive: an http(s):// or file:// URL.
+    data_md5: the md5 it must have; '': the official md5 for the official
+      URL, no check for other URLs.
+  """
+  download.maybe_download_and_extract(data_dir, data_url, data_md5)
+
+
+def train_flops_per_example():
+  """Counts the flops of the convolutions and matmuls of one example's
+  training step: forward, plus the gradients of every weight and of every
+  layer's input except the images, 2 flops per multiply-add (benchmark.py
+  sets a step's speed against the machine's peak with it).
+
+  Returns:
+    The flop count (about 105 million).
+  """
+  conv1 = IMAGE_SIZE * IMAGE_SIZE * (5 * 5 * 3) * 64
+  conv2 = (IMAGE_SIZE // 2) ** 2 * (5 * 5 * 64) * 64
+  dense = 2304 * 384 + 384 * 192 + 192 * NUM_CLASSES
+  forward = conv1 + conv2 + dense
+  backward = 2 * forward - conv1
+  return 2 * (forward + backward)

@@ -56,10 +56,11 @@ from machinery import errors
 from machinery import hardware
 from machinery import memory
 from machinery import noise_scale
+from machinery import options
 from machinery import ps_task
 from machinery import recipe as recipes
 from machinery import session
-from machinery import summaries
+from machinery import towers
 from machinery import worker_session
 import tensorflow as tf
 
@@ -85,11 +86,14 @@ flags.adopt_module_key_flags(cifar10)
 
 # Read on top to bottom: a worker's graph with parameter servers
 # (build_worker_graph) or all-reducing (build_allreduce_graph), its session
-# and loop (train), and main: the cluster, this task's server, and what a
-# ps task or a worker does with it.
+# and loop (run_training), which way the cluster shares the variables
+# (mode_of), and main: the cluster, this task's server, and what a ps task
+# or a worker does with it.
 
 
-def build_worker_graph(task, local_devices, sync_replicas, recipe):
+def build_worker_graph(task, local_devices, sync_replicas,
+                       recipe=recipes.TUTORIAL, opts=options.DEFAULT,
+                       measure_noise=True):
   """Builds a worker's graph for parameter-server mode, in the default graph.
 
   The multi-GPU trainer's towers and average on the worker; the variables
@@ -100,6 +104,8 @@ def build_worker_graph(task, local_devices, sync_replicas, recipe):
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
     sync_replicas: --sync_replicas.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
+    measure_noise: measure the gradient noise scale of its towers.
 
   Returns:
     (train_op, loss, scaffold, the SyncReplicasOptimizer or None).
@@ -111,18 +117,18 @@ def build_worker_graph(task, local_devices, sync_replicas, recipe):
   with tf1.device(tf1.train.replica_device_setter(
       ps_device='/job:ps/cpu:0', worker_device=task.device('/cpu:0'),
       cluster=task.cluster_spec())):
-    batches = cifar10.distorted_batches(len(local_devices))
+    batches = cifar10.distorted_batches(len(local_devices), FLAGS.data_dir,
+                                        FLAGS.batch_size, opts)
     global_step = tf1.train.get_or_create_global_step()
     # The learning rate counts the examples of one update: with
     # sync_replicas a batch from every worker.
-    examples_per_step = sum(int(images.shape[0]) for images, _ in batches)
     opt = cifar10.optimizer(cifar10.learning_rate(
-        global_step, examples_per_step * (num_workers if sync_replicas
-                                          else 1), recipe), recipe)
+        global_step, towers.examples(batches) * (
+            num_workers if sync_replicas else 1), recipe), recipe, opts)
 
     # The multi-GPU trainer's towers, averaged on this worker.
     tower_grads, tower_losses = multi.tower_gradients(opt, batches,
-                                                      local_devices)
+                                                      local_devices, opts)
     grads = multi.average_gradients(tower_grads)
 
     if sync_replicas:
@@ -143,15 +149,15 @@ def build_worker_graph(task, local_devices, sync_replicas, recipe):
       # Each worker applies its own gradient as it comes (asynchronous).
       train_op = cifar10.apply_gradients(opt, grads, global_step)
     # The gradient noise scale of this worker's towers, for TensorBoard.
-    train_op = tf.group(train_op, noise_scale.track(
-        tower_grads, grads, int(batches[0][0].shape[0])))
-  last = len(local_devices) - 1
-  return train_op, tower_losses[last], tf1.train.Scaffold(
-      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last)), (
-          opt if sync_replicas else None)
+    train_op = noise_scale.track(train_op, tower_grads, grads,
+                                 int(batches[0][0].shape[0]),
+                                 measure=measure_noise)
+  return towers.built(train_op, tower_losses) + (
+      opt if sync_replicas else None,)
 
 
-def build_allreduce_graph(task, local_devices, recipe):
+def build_allreduce_graph(task, local_devices, recipe=recipes.TUTORIAL,
+                          opts=options.DEFAULT, measure_noise=True):
   """Builds a worker's graph for all-reduce mode, in the default graph.
 
   The worker's own variables, on its towers as the multi-GPU trainer's
@@ -162,24 +168,28 @@ def build_allreduce_graph(task, local_devices, recipe):
     task: the worker's cluster.Task.
     local_devices: the towers' devices on the worker, all distinct.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
+    measure_noise: measure the gradient noise scale of all its towers.
 
   Returns:
     (train_op, loss, scaffold).
   """
   with tf.device(task.device('/cpu:0')):
-    batches = cifar10.distorted_batches(len(local_devices))
+    batches = cifar10.distorted_batches(len(local_devices), FLAGS.data_dir,
+                                        FLAGS.batch_size, opts)
     return cifar10_replicated.build_train_op(
         batches, [task.device(d) for d in local_devices], multi.tower_loss,
-        num_workers=len(task.worker_hosts),
+        recipe, opts, measure_noise, num_workers=len(task.worker_hosts),
         broadcast=lambda variables: worker_session.broadcast_from_chief(
             task, variables, FLAGS.peer_timeout_secs),
         timeout_secs=FLAGS.peer_timeout_secs,
         gpus_shared=cluster.gpus_shared(
             task, len(local_devices),
-            len(tf.config.list_physical_devices('GPU'))), recipe=recipe)
+            len(tf.config.list_physical_devices('GPU'))))
 
 
-def train(server, task, mode, local_devices, config, recipe):
+def run_training(server, task, mode, local_devices, config,
+          recipe=recipes.TUTORIAL, opts=options.DEFAULT):
   """Trains as this worker until the global step reaches --max_steps (or
   the end of --train_epochs).
 
@@ -191,6 +201,7 @@ def train(server, task, mode, local_devices, config, recipe):
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
     config: the worker's tower ConfigProto (hardware.tower_devices).
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
 
   Returns:
     The number of steps this worker ran.
@@ -214,11 +225,12 @@ def train(server, task, mode, local_devices, config, recipe):
     # With --seed, the same run every time; each worker its own batches.
     session.seed_graph(offset=task.task_index)
     if all_reduce:
-      train_op, loss, scaffold = build_allreduce_graph(task, local_devices,
-                                                       recipe)
+      train_op, loss, scaffold = build_allreduce_graph(
+          task, local_devices, recipe, opts, FLAGS.gradient_noise_scale)
     else:
       train_op, loss, scaffold, sync = build_worker_graph(
-          task, local_devices, FLAGS.sync_replicas, recipe)
+          task, local_devices, FLAGS.sync_replicas, recipe, opts,
+          FLAGS.gradient_noise_scale)
       hooks += worker_session.ps_mode_hooks(task, sync,
                                             FLAGS.stall_report_secs)
       if not task.is_chief:
@@ -230,17 +242,10 @@ def train(server, task, mode, local_devices, config, recipe):
 
     # The multi-GPU trainer's session and loop, as this worker of the
     # cluster; the step line counts this worker's examples.
-    steps = 0
-    with session.training_session(
-        hooks=hooks + session.standard_hooks(
-            loss, last, examples_per_step, num_towers=FLAGS.num_gpus,
-            log_prefix=role.log_prefix),
-        config=config, scaffold=scaffold, role=role,
-        log_prefix=role.log_prefix) as mon_sess:
-      while not mon_sess.should_stop():
-        mon_sess.run(train_op)
-        steps += 1
-    return steps
+    return session.train_until_done(
+        train_op, loss, examples_per_step, num_towers=FLAGS.num_gpus,
+        last=last, hooks=hooks, config=config, scaffold=scaffold, role=role,
+        log_prefix=role.log_prefix)
 
 
 def mode_of(task):
@@ -272,7 +277,7 @@ def mode_of(task):
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  recipe = recipes.from_flags()
+  recipe, opts = recipes.from_flags(), options.from_flags()
   # The cluster: every task's address, and which one this process is.
   task = cluster.from_flags_or_tf_config()
   mode = mode_of(task)
@@ -290,14 +295,16 @@ def main(argv=None):  # pylint: disable=unused-argument
   # A worker: its towers' devices, its server, then training.
   memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
                          towers=FLAGS.num_gpus)
-  cifar10.maybe_download_and_extract()
+  cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
+                                     FLAGS.data_md5)
   local_devices, config = hardware.tower_devices(
       FLAGS.num_gpus, FLAGS.virtual_gpus or all_reduce)
   cluster.take_local_gpus(task, FLAGS.num_gpus, config)
   server = cluster.start_server(
       task, cluster.server_config(task, all_reduce, config))
   try:
-    steps = train(server, task, mode, local_devices, config, recipe)
+    steps = run_training(server, task, mode, local_devices, config, recipe,
+                         opts)
   finally:
     if not all_reduce:
       ps_task.say_done(server, task)  # The ps tasks may exit once all have.
@@ -306,4 +313,4 @@ def main(argv=None):  # pylint: disable=unused-argument
 
 
 if __name__ == '__main__':
-  cli.run_main(main)
+  cli.run_main(main, defaults={'max_steps': multi.MAX_STEPS})

@@ -30,6 +30,8 @@ from machinery import console
 from machinery import errors
 from machinery import hardware
 from machinery import lock
+from machinery import options
+from machinery import summaries
 from machinery import writes
 import numpy as np
 import tensorflow as tf
@@ -55,8 +57,6 @@ flags.DEFINE_boolean('raw_weights', False,
                      'their moving averages.')
 flags.adopt_module_key_flags(cifar10)
 
-# The summary tag of the precision in --eval_dir.
-PRECISION_TAG = 'Precision @ 1'
 
 
 def eval_once(saver, summary_writer, top_k_op, summary_op, checkpoint_path,
@@ -132,19 +132,15 @@ def _record(summary_writer, summary, precision, checkpoint_path, step):
   Raises:
     errors.WriteError: a write into --eval_dir failed.
   """
-  tag = PRECISION_TAG + (' (raw weights)' if FLAGS.raw_weights else '')
-  try:
+  tag = summaries.PRECISION_TAG + (
+      ' (raw weights)' if FLAGS.raw_weights else '')
+  with writes.as_write_error(
+      'eval_dir', FLAGS.eval_dir, then='The precision of %s is printed above '
+      'but not recorded; the next evaluation records it.' % checkpoint_path):
     summary_writer.add_summary(summary, step)
     summary_writer.add_summary(tf1.Summary(value=[
         tf1.Summary.Value(tag=tag, simple_value=precision)]), step)
     summary_writer.flush()
-  except writes.WRITE_ERRORS as e:
-    error = writes.write_error(
-        e, 'eval_dir', FLAGS.eval_dir, then='The precision of %s is printed above but not '
-        'recorded; the next evaluation records it.' % checkpoint_path)
-    if not error:
-      raise
-    raise error
 
 
 def weights_to_restore(raw_weights):
@@ -159,28 +155,29 @@ def weights_to_restore(raw_weights):
   """
   if raw_weights:
     return {v.op.name: v for v in tf1.global_variables()}
-  # The trainer kept a moving average of every trained variable; its
-  # variables_to_restore() maps each average's name to the variable, so
-  # that restoring gives the model the averaged weights.
-  variable_averages = tf1.train.ExponentialMovingAverage(
-      cifar10.MOVING_AVERAGE_DECAY)
-  return variable_averages.variables_to_restore()
+  # The trainer kept a moving average of every trained variable, which
+  # restore into the model's variables.
+  return cifar10.averaged_weights()
 
 
-def correct_predictions(eval_data):
+def correct_predictions(eval_data, data_dir=cifar10.DATA_DIR,
+                        batch_size=cifar10.BATCH_SIZE, opts=options.DEFAULT):
   """Builds the eval inputs, the model and the top-1 check per image.
 
   Args:
     eval_data: bool, True for the test set, False for the training set.
+    data_dir: where the CIFAR-10 data is.
+    batch_size: the images of each batch.
+    opts: the options for speed, a machinery.options.Options.
 
   Returns:
     A bool [batch_size] tensor, True where the prediction is right.
   """
   # Central crops of the evaluation images, in file order, and labels.
-  images, labels = cifar10.inputs(eval_data=eval_data)
+  images, labels = cifar10.inputs(eval_data, data_dir, batch_size, opts)
 
   # The model's logits for them.
-  logits = cifar10.inference(images)
+  logits = cifar10.inference(images, opts)
 
   # Whether the top class is the label (in float32, which in_top_k needs).
   return tf1.nn.in_top_k(tf.cast(logits, tf.float32), labels, 1)
@@ -197,7 +194,8 @@ def evaluate():
         % (FLAGS.num_examples, available, FLAGS.eval_data))
   with tf.Graph().as_default() as g:
     # The model on the evaluation batches, and its correct predictions.
-    top_k_op = correct_predictions(eval_data)
+    top_k_op = correct_predictions(eval_data, FLAGS.data_dir,
+                                   FLAGS.batch_size, options.from_flags())
 
     # The model's variables take the moving averages of the trained ones
     # (or, with --raw_weights, the trained values themselves).
@@ -276,7 +274,8 @@ def _latest_checkpoint():
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  cifar10.maybe_download_and_extract()
+  cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
+                                     FLAGS.data_md5)
   evaluate()
 
 

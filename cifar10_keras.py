@@ -14,13 +14,23 @@ of function:
 Usage:
   model = cifar10_keras.keras_model()       # or 'mixed_bfloat16'
   model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss=...)
+
+and benchmark.py's Keras rows, the two usual ways to train it, each a
+timer of n steps:
+
+  timer, device = fit_timer('float32', data_dir, batch_size=128)
+  timer, device = loop_timer('mixed_bfloat16', data_dir, batch_size=128)
 """
 
 from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import time
+
 import cifar10
+import cifar10_input
+from machinery import timing
 import tensorflow as tf
 
 layers = tf.keras.layers
@@ -81,3 +91,77 @@ def keras_model(policy='float32'):
                    dtype=policy),
       layers.Activation('linear', dtype='float32'),
   ])
+
+
+def _compiled_model(policy, learning_rate):
+  """The model, its SGD optimizer and its loss: cross entropy from the
+  logits (plus the weight decay, which Keras adds itself in fit)."""
+  return (keras_model(policy), tf.keras.optimizers.SGD(learning_rate),
+          tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+def _device():
+  """Names where Keras runs its model: the first GPU if there is one."""
+  return 'GPU:0' if tf.config.list_logical_devices('GPU') else 'CPU:0'
+
+
+def fit_timer(policy, data_dir, batch_size, learning_rate=0.1,
+              jit_compile='auto'):
+  """Times model.fit on the distorted training batches of a tf.data
+  pipeline (cifar10_input.distorted_dataset: the same preprocessing).
+
+  Args:
+    policy: the Keras dtype policy (keras_model).
+    data_dir: where the CIFAR-10 data is.
+    batch_size: examples a step.
+    learning_rate: SGD's rate.
+    jit_compile: compile()'s jit_compile: 'auto', True or False.
+
+  Returns:
+    (timer, device): timer(n) runs n + 1 steps in one fit call and returns
+    the seconds from the end of its first step to the end of its last, so
+    that the call's set-up is not timed.
+  """
+  model, opt, cross_entropy = _compiled_model(policy, learning_rate)
+  model.compile(optimizer=opt, loss=cross_entropy, jit_compile=jit_compile)
+  dataset = cifar10_input.distorted_dataset(data_dir, batch_size,
+                                            tf.data.AUTOTUNE)
+  ends = []
+
+  class Clock(tf.keras.callbacks.Callback):
+
+    def on_train_batch_end(self, batch, logs=None):
+      ends.append(time.time())
+
+  def timer(n):
+    del ends[:]
+    model.fit(dataset, epochs=1, verbose=0, callbacks=[Clock()],
+              steps_per_epoch=n + 1)
+    return ends[-1] - ends[0]
+
+  return timer, _device()
+
+
+def loop_timer(policy, data_dir, batch_size, learning_rate=0.1,
+               jit_compile='auto'):
+  """Times a custom tf.function train step over the same model and
+  batches (see fit_timer; jit_compile True compiles the step).
+
+  Returns:
+    (timer, device): timer(n) runs n steps and returns the seconds.
+  """
+  model, opt, cross_entropy = _compiled_model(policy, learning_rate)
+
+  @tf.function(jit_compile=jit_compile is True)
+  def train_step(images, labels):
+    with tf.GradientTape() as tape:
+      logits = model(images, training=True)
+      loss = cross_entropy(labels, logits) + tf.add_n(model.losses)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+
+  batches = iter(cifar10_input.distorted_dataset(data_dir, batch_size,
+                                                 tf.data.AUTOTUNE))
+  return (timing.stepper(lambda: train_step(*next(batches)).numpy()),
+          _device())

@@ -36,9 +36,10 @@ from __future__ import print_function
 import re
 
 import cifar10
+import cifar10_train
 from machinery import cli
 from machinery import hardware
-from machinery import memory
+from machinery import options
 from machinery import recipe as recipes
 from machinery import session
 import tensorflow as tf
@@ -47,7 +48,7 @@ tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-session.define_trainer_flags(max_steps=100000)
+session.define_trainer_flags()
 flags.adopt_module_key_flags(hardware)  # --virtual_gpus
 flags.adopt_module_key_flags(cifar10)
 flags.adopt_module_key_flags(session)
@@ -84,57 +85,44 @@ def layer_placer(devices):
   return device_of
 
 
-def build_train_op(devices, recipe=recipes.TUTORIAL):
+def build_train_op(devices, recipe=recipes.TUTORIAL, opts=options.DEFAULT):
   """Builds the split model and its training step in the default graph.
 
   Args:
     devices: the two devices, one per part.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
 
   Returns:
     train_op: op for one training step.
     loss: the total loss tensor.
   """
-  # The single-tower trainer's graph, each layer with its variables on the
-  # device of its part. The activations between the parts, and their
-  # gradient, are copied from one device to the other.
   with tf1.device(layer_placer(devices)):
-    # The global step and the input pipeline on the CPU, as in
-    # cifar10_train.py.
+    # The input pipeline on the CPU, as in cifar10_train.py.
     with tf.device('/cpu:0'):
-      global_step = tf1.train.get_or_create_global_step()
-      images, labels = cifar10.distorted_inputs()
-    logits = cifar10.inference(images)
-    loss = cifar10.loss(logits, labels)
-    train_op = cifar10.train(loss, global_step, FLAGS.batch_size, recipe)
-  return train_op, loss
+      images, labels = cifar10.distorted_inputs(FLAGS.data_dir,
+                                                FLAGS.batch_size, opts)
+    # The single-tower trainer's step, each layer with its variables on the
+    # device of its part. The activations between the parts, and their
+    # gradient, are copied from one device to the other.
+    return cifar10_train.build_train_op(images, labels, recipe, opts)
 
 
-def train(recipe):
+def run_training(recipe, opts):
   """Builds the graph and trains it until --max_steps (or --train_epochs)."""
   with tf.Graph().as_default():
     session.seed_graph()  # With --seed, the same run every time.
     devices, config = hardware.tower_devices(
         len(PARTS), FLAGS.virtual_gpus, what='part')
-    train_op, loss = build_train_op(devices, recipe)
-    with session.training_session(
-        hooks=session.standard_hooks(loss, session.last_step(FLAGS.batch_size),
-                                     examples_per_step=FLAGS.batch_size),
-        config=config) as mon_sess:
-      while not mon_sess.should_stop():
-        mon_sess.run(train_op)
+    train_op, loss = build_train_op(devices, recipe, opts)
+    session.train_until_done(train_op, loss, FLAGS.batch_size, config=config)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  recipe = recipes.from_flags()
-  if session.reached_max_steps(session.last_step(FLAGS.batch_size)):
-    return
-  # One line, rather than the OOM killer, if a step would not fit in memory.
-  memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
-                         towers=1)
-  cifar10.maybe_download_and_extract()
-  train(recipe)
+  # Nothing to do at --max_steps; one line if a step would not fit.
+  if session.ready_to_train(cifar10, FLAGS.batch_size, towers=1):
+    run_training(recipes.from_flags(), options.from_flags())
 
 
 if __name__ == '__main__':
-  cli.run_main(main)
+  cli.run_main(main, defaults={'max_steps': cifar10_train.MAX_STEPS})

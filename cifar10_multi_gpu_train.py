@@ -44,18 +44,19 @@ import cifar10
 import cifar10_replicated
 from machinery import cli
 from machinery import hardware
-from machinery import memory
 from machinery import noise_scale
+from machinery import options
 from machinery import recipe as recipes
 from machinery import session
 from machinery import summaries
+from machinery import towers
 import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-session.define_trainer_flags(max_steps=1000000)
+session.define_trainer_flags()
 flags.DEFINE_integer('num_gpus', 1, 'How many GPUs to use.', lower_bound=1)
 flags.adopt_module_key_flags(hardware)  # --virtual_gpus
 flags.adopt_module_key_flags(noise_scale)  # --gradient_noise_scale
@@ -63,24 +64,29 @@ flags.adopt_module_key_flags(cifar10_replicated)  # --variable_update
 flags.adopt_module_key_flags(cifar10)
 flags.adopt_module_key_flags(session)
 
+# The multi-GPU trainer's default: a million steps, as the tutorial's.
+MAX_STEPS = 1000000
+
 # Read on top to bottom: tower_loss (one tower), tower_gradients (a tower on
 # every device, all sharing the variables), average_gradients (where the
-# towers synchronize), build_train_op (one step), train (the loop).
+# towers synchronize), build_train_op (one step), build_graph (the input
+# and the towers on their devices), run_training (the loop).
 
 
-def tower_loss(scope, images, labels):
+def tower_loss(scope, images, labels, opts=options.DEFAULT):
   """Builds the model on one tower's batch and returns that tower's loss.
 
   Args:
     scope: the tower's name scope, e.g. 'tower_0/'.
     images: the tower's images, [batch_size, height, width, 3].
     labels: the tower's labels, [batch_size].
+    opts: the options for speed, a machinery.options.Options.
 
   Returns:
      The tower's total loss: its cross entropy plus the weight decay terms.
   """
   # The whole model, on this tower's images.
-  logits = cifar10.inference(images)
+  logits = cifar10.inference(images, opts)
 
   # Its loss: cross entropy plus weight decay, the terms this tower made
   # (in its name scope).
@@ -88,16 +94,18 @@ def tower_loss(scope, images, labels):
   losses = tf1.get_collection('losses', scope)
 
   # Summaries of each loss term and of the total, tagged without the
-  # 'tower_i/' prefix: TensorBoard shows 'cross_entropy', not
-  # 'tower_0/cross_entropy'.
+  # 'tower_i/' prefix: TensorBoard shows 'cross_entropy (raw)', not
+  # 'tower_0/cross_entropy (raw)'.
+  # Raw values, as '(raw)' says in cifar10_train.py's TensorBoard, whose
+  # plain tags are moving averages.
   for l in losses:
-    loss_name = re.sub('%s_[0-9]*/' % cifar10.TOWER_NAME, '', l.op.name)
-    summaries.scalar_summary(loss_name, l)
-  summaries.scalar_summary('total_loss', total_loss)
+    loss_name = re.sub('%s_[0-9]*/' % towers.TOWER_NAME, '', l.op.name)
+    summaries.scalar_summary(loss_name + ' (raw)', l)
+  summaries.scalar_summary('total_loss (raw)', total_loss)
   return total_loss
 
 
-def tower_gradients(opt, batches, devices):
+def tower_gradients(opt, batches, devices, opts=options.DEFAULT):
   """Builds one tower per device, all on the same variables, and each
   tower's gradients.
 
@@ -105,26 +113,26 @@ def tower_gradients(opt, batches, devices):
     opt: the optimizer, which computes the gradients.
     batches: list of (images, labels) pairs, one per tower.
     devices: list of device names, one per tower.
+    opts: the options for speed, a machinery.options.Options.
 
   Returns:
     (one list of (gradient, variable) pairs per tower, each tower's loss).
   """
   tower_grads, tower_losses = [], []
   with tf1.variable_scope(tf1.get_variable_scope()):
-    for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
-      with tf.device(device):
-        with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
-          # The whole model on this tower's batch. tf.get_variable() in it
-          # makes the variables in tower 0 and finds them in the others:
-          # every tower shares them.
-          loss = tower_loss(scope, images, labels)
+    # Tower i on devices[i], in the name scope 'tower_i'.
+    for _, scope, images, labels in towers.each(batches, devices):
+      # The whole model on this tower's batch. tf.get_variable() in it
+      # makes the variables in tower 0 and finds them in the others: every
+      # tower shares them.
+      loss = tower_loss(scope, images, labels, opts)
 
-          # From here on, get the existing variables; make none.
-          tf1.get_variable_scope().reuse_variables()
+      # From here on, get the existing variables; make none.
+      tf1.get_variable_scope().reuse_variables()
 
-          # This tower's gradients with respect to the shared variables.
-          tower_grads.append(opt.compute_gradients(loss))
-          tower_losses.append(loss)
+      # This tower's gradients with respect to the shared variables.
+      tower_grads.append(opt.compute_gradients(loss))
+      tower_losses.append(loss)
   return tower_grads, tower_losses
 
 
@@ -154,7 +162,8 @@ def average_gradients(tower_grads):
   return average_grads
 
 
-def build_train_op(batches, devices, recipe=recipes.TUTORIAL):
+def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
+                   opts=options.DEFAULT, measure_noise=True):
   """Builds one tower per device and the synchronous update of them all.
 
   Call it under tf.device('/cpu:0'), so that the global step, the average
@@ -164,6 +173,8 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL):
     batches: list of (images, labels) pairs, one per tower.
     devices: list of device names, one per tower.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
+    measure_noise: measure the gradient noise scale (--gradient_noise_scale).
 
   Returns:
     (train_op, the loss the step line reports, a tf.compat.v1.train.Scaffold
@@ -172,14 +183,13 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL):
   global_step = tf1.train.get_or_create_global_step()
 
   # The learning rate decays every 350 epochs: count all towers' examples.
-  examples_per_step = sum(int(images.shape[0]) for images, _ in batches)
-  lr = cifar10.learning_rate(global_step, examples_per_step, recipe)
+  lr = cifar10.learning_rate(global_step, towers.examples(batches), recipe)
 
   # One optimizer, on the shared variables: gradient descent.
-  opt = cifar10.optimizer(lr, recipe)
+  opt = cifar10.optimizer(lr, recipe, opts)
 
   # One tower per device, each computing the gradients of its own batch.
-  tower_grads, tower_losses = tower_gradients(opt, batches, devices)
+  tower_grads, tower_losses = tower_gradients(opt, batches, devices, opts)
 
   # The mean of each gradient over the towers: the synchronization point.
   grads = average_gradients(tower_grads)
@@ -188,78 +198,70 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL):
   # (the weights cifar10_eval.py evaluates). Beside it, how far each tower's
   # gradient is from the mean tells how noisy one batch's gradient is: the
   # gradient noise scale, for TensorBoard (machinery/noise_scale.py).
-  train_op = tf.group(
-      cifar10.apply_gradients(opt, grads, global_step),
-      noise_scale.track(tower_grads, grads, int(batches[0][0].shape[0])))
+  train_op = noise_scale.track(
+      cifar10.apply_gradients(opt, grads, global_step), tower_grads, grads,
+      int(batches[0][0].shape[0]), measure=measure_noise)
 
   # As the tutorial's, the step line reports the last tower's loss and
   # TensorBoard shows the last tower's summaries, beside the shared ones.
-  last = len(devices) - 1
-  return train_op, tower_losses[last], tf1.train.Scaffold(
-      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last))
+  return towers.built(train_op, tower_losses)
 
 
-def build_graph(num_towers, virtual, variable_update,
-                recipe=recipes.TUTORIAL):
+def build_graph(num_towers, virtual, variable_update, recipe=recipes.TUTORIAL,
+                opts=options.DEFAULT, measure_noise=True):
   """Builds the trainer's graph, input pipeline included.
 
   Args:
     num_towers: number of towers.
     virtual: --virtual_gpus: split a device where there are too few
       (hardware.tower_devices).
-    variable_update: how the towers share the variables: PARAMETER_SERVER
-      (once, on /cpu:0) or REPLICATED (a copy on each tower), of
-      cifar10_replicated.
+    variable_update: how the towers share the variables, --variable_update.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
+    measure_noise: measure the gradient noise scale.
 
   Returns:
     (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
   """
-  replicated = variable_update == cifar10_replicated.REPLICATED
-  # Replicated variables need a device of their own for each tower's copy.
-  devices, config = hardware.tower_devices(num_towers, virtual or replicated)
+  # The variables shared on /cpu:0 (build_train_op above), or the other way:
+  # a copy on every tower's own device (cifar10_replicated.py).
+  build, own_devices = cifar10_replicated.way(variable_update, build_train_op,
+                                              tower_loss)
+  devices, config = hardware.tower_devices(num_towers, virtual or own_devices)
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
-    batches = cifar10.distorted_batches(num_towers)
-    if replicated:
-      train_op, loss, scaffold = cifar10_replicated.build_train_op(
-          batches, devices, tower_loss, recipe=recipe)
-    else:
-      train_op, loss, scaffold = build_train_op(batches, devices, recipe)
+    batches = cifar10.distorted_batches(num_towers, FLAGS.data_dir,
+                                        FLAGS.batch_size, opts)
+    train_op, loss, scaffold = build(batches, devices, recipe, opts,
+                                     measure_noise)
   return train_op, loss, scaffold, config
 
 
-def train(recipe):
+def run_training(recipe, opts):
   """Builds the towers and trains them until --max_steps (or
   --train_epochs)."""
   with tf.Graph().as_default():
     session.seed_graph()  # With --seed, the same run every time.
     train_op, loss, scaffold, config = build_graph(
-        FLAGS.num_gpus, FLAGS.virtual_gpus, FLAGS.variable_update, recipe)
+        FLAGS.num_gpus, FLAGS.virtual_gpus, FLAGS.variable_update, recipe,
+        opts, FLAGS.gradient_noise_scale)
 
     # As the single-tower trainer's session, the step line counting the
     # examples of every tower, and sec/batch a tower's share of the step.
-    examples_per_step = FLAGS.batch_size * FLAGS.num_gpus
     with session.training_session(
-        hooks=session.standard_hooks(
-            loss, session.last_step(examples_per_step), examples_per_step,
-            num_towers=FLAGS.num_gpus),
-        config=config, scaffold=scaffold) as mon_sess:
+        loss, examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+        num_towers=FLAGS.num_gpus, config=config,
+        scaffold=scaffold) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  recipe = recipes.from_flags()
-  if session.reached_max_steps(
-      session.last_step(FLAGS.batch_size * FLAGS.num_gpus)):
-    return
-  # One line, rather than the OOM killer, if a step would not fit in memory.
-  memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
-                         towers=FLAGS.num_gpus)
-  cifar10.maybe_download_and_extract()
-  train(recipe)
+  # Nothing to do at --max_steps; one line if a step would not fit.
+  if session.ready_to_train(cifar10, FLAGS.batch_size * FLAGS.num_gpus,
+                            towers=FLAGS.num_gpus):
+    run_training(recipes.from_flags(), options.from_flags())
 
 
 if __name__ == '__main__':
-  cli.run_main(main)
+  cli.run_main(main, defaults={'max_steps': MAX_STEPS})

@@ -30,7 +30,6 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
-import contextlib
 import os
 import re
 import shutil
@@ -148,18 +147,17 @@ class Classifier(object):
     session: the session holding the restored weights.
   """
 
-  def __init__(self, checkpoint_path, portable=False):
+  def __init__(self, checkpoint_path, opts=options.DEFAULT):
     """Builds the model and restores its weights.
 
     Args:
       checkpoint_path: the checkpoint to restore.
-      portable: build it as every CPU build of TensorFlow runs it
-        (options.portable(): for export), whatever the command line's
-        model flags.
+      opts: the options for speed it is built with, a
+        machinery.options.Options; options.PORTABLE builds it as every CPU
+        build of TensorFlow runs it (for export).
     """
     self.graph = tf.Graph()
-    with self.graph.as_default(), (
-        options.portable() if portable else contextlib.nullcontext()):
+    with self.graph.as_default():
       self.images = tf1.placeholder(tf.string, [None], name='images')
       # Each file decoded and prepared as the evaluator's test images, on
       # the CPU, like the evaluator's input pipeline.
@@ -167,7 +165,7 @@ class Classifier(object):
         images = tf.map_fn(image_from_file, self.images,
                            fn_output_signature=tf.float32)
       logits = tf.cast(cifar10.inference(
-          tf.cast(images, options.compute_dtype())), tf.float32)
+          tf.cast(images, opts.compute_dtype()), opts), tf.float32)
       classes = tf.argmax(logits, axis=1, name='classes')
       self.outputs = {
           'probabilities': tf.nn.softmax(logits, name='probabilities'),
@@ -177,8 +175,7 @@ class Classifier(object):
       }
       # The moving averages of the trained variables, restored into them:
       # the weights the evaluator measures.
-      variables = tf1.train.ExponentialMovingAverage(
-          cifar10.MOVING_AVERAGE_DECAY).variables_to_restore()
+      variables = cifar10.averaged_weights()
       checkpoints.check_checkpoint(checkpoint_path, variables)
       self.session = tf1.Session(config=hardware.session_config())
       tf1.train.Saver(variables).restore(self.session, checkpoint_path)
@@ -203,7 +200,10 @@ class Classifier(object):
     staging = tempfile.mkdtemp(prefix='.export-', dir=parent)
     try:
       # Without TF2's notes that these are TF1 APIs.
-      with console.quiet_tf_logging(), self.graph.as_default():
+      with writes.as_write_error(
+          'export_dir', export_dir, then='Nothing was left there.',
+          written_in=staging, what='the SavedModel to ' + export_dir), \
+          console.quiet_tf_logging(), self.graph.as_default():
         builder = tf1.saved_model.Builder(os.path.join(staging, 'model'))
         signature = tf1.saved_model.predict_signature_def(
             inputs={'images': self.images}, outputs=self.outputs)
@@ -211,14 +211,7 @@ class Classifier(object):
             self.session, [tf1.saved_model.SERVING], strip_default_attrs=True,
             signature_def_map={'serving_default': signature})
         builder.save()
-      os.rename(os.path.join(staging, 'model'), export_dir)
-    except writes.WRITE_ERRORS as e:
-      error = writes.write_error(
-          e, 'export_dir', export_dir, then='Nothing was left there.',
-          written_in=staging, what='the SavedModel to ' + export_dir)
-      if not error:
-        raise
-      raise error
+        os.rename(os.path.join(staging, 'model'), export_dir)
     finally:
       shutil.rmtree(staging, ignore_errors=True)
 
@@ -374,9 +367,10 @@ def main(argv):
     sys.stderr.write('Error: %s\n' % problem)
   failed = len(problems)
   if paths:
-    failed += classify(Classifier(checkpoint_path), paths)
+    failed += classify(Classifier(checkpoint_path, options.from_flags()),
+                       paths)
   if FLAGS.export_dir:
-    Classifier(checkpoint_path, portable=True).export(FLAGS.export_dir)
+    Classifier(checkpoint_path, options.PORTABLE).export(FLAGS.export_dir)
     print('Exported the model of %s to %s.' % (checkpoint_path,
                                                FLAGS.export_dir))
   return 1 if failed else 0

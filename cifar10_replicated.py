@@ -31,8 +31,9 @@ from __future__ import print_function
 import cifar10
 from machinery import hardware
 from machinery import noise_scale
+from machinery import options
 from machinery import recipe as recipes
-from machinery import summaries
+from machinery import towers
 import numpy as np
 import tensorflow as tf
 
@@ -110,7 +111,7 @@ def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0,
   return reduced
 
 
-def _towers(opt, batches, devices, tower_loss):
+def _towers(opt, batches, devices, tower_loss, opts):
   """Builds one tower per device, each on its own copy of the variables.
 
   Returns:
@@ -118,20 +119,18 @@ def _towers(opt, batches, devices, tower_loss):
   """
   tower_grads, tower_losses = [], []
   with tf1.variable_scope(tf1.get_variable_scope()) as root:
-    for i, (device, (images, labels)) in enumerate(zip(devices, batches)):
-      with tf.device(device):
-        with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
-          # Tower 0 makes the model's variables; tower i its copies under
-          # 'tower_i/'.
-          with tf1.variable_scope(scope[:-1] if i else root,
-                                  auxiliary_name_scope=False,
-                                  custom_getter=_replica_getter(device, i)):
-            loss = tower_loss(scope, images, labels)
-          # The gradients with respect to the tower's own copy.
-          var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
-                      if i else tf1.trainable_variables())
-          tower_grads.append(opt.compute_gradients(loss, var_list=var_list))
-          tower_losses.append(loss)
+    for i, scope, images, labels in towers.each(batches, devices):
+      # Tower 0 makes the model's variables; tower i its copies under
+      # 'tower_i/', on its own device.
+      with tf1.variable_scope(scope[:-1] if i else root,
+                              auxiliary_name_scope=False,
+                              custom_getter=_replica_getter(devices[i], i)):
+        loss = tower_loss(scope, images, labels, opts)
+      # The gradients with respect to the tower's own copy.
+      var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
+                  if i else tf1.trainable_variables())
+      tower_grads.append(opt.compute_gradients(loss, var_list=var_list))
+      tower_losses.append(loss)
   return tower_grads, tower_losses
 
 
@@ -150,9 +149,30 @@ def _copy_to_replicas(tower_grads, broadcast):
           for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
 
 
-def build_train_op(batches, devices, tower_loss, num_workers=1,
-                   broadcast=None, timeout_secs=0, gpus_shared=False,
-                   recipe=recipes.TUTORIAL):
+def way(variable_update, shared, tower_loss):
+  """Chooses how the multi-GPU trainer's towers share the variables.
+
+  Args:
+    variable_update: PARAMETER_SERVER or REPLICATED (--variable_update).
+    shared: the trainer's own build_train_op, on variables shared on
+      /cpu:0.
+    tower_loss: its function (scope, images, labels, opts) -> one tower's
+      total loss, which the replicated towers build too.
+
+  Returns:
+    (a function (batches, devices, recipe, opts, measure_noise) -> what
+    build_train_op returns, whether each tower needs a device of its own).
+  """
+  if variable_update != REPLICATED:
+    return shared, False
+  return (lambda batches, devices, recipe, opts, measure_noise:
+          build_train_op(batches, devices, tower_loss, recipe, opts,
+                         measure_noise)), True
+
+
+def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
+                   opts=options.DEFAULT, measure_noise=True, num_workers=1,
+                   broadcast=None, timeout_secs=0, gpus_shared=False):
   """Builds one tower per device, each with its own copy of the variables,
   and the synchronous update of them all.
 
@@ -162,8 +182,11 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
   Args:
     batches: list of (images, labels) pairs, one per tower.
     devices: list of distinct device names, one per tower.
-    tower_loss: function (scope, images, labels) -> the tower's total loss
-      (cifar10_multi_gpu_train.tower_loss).
+    tower_loss: function (scope, images, labels, opts) -> the tower's total
+      loss (cifar10_multi_gpu_train.tower_loss).
+    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
+    measure_noise: measure the gradient noise scale (machinery/noise_scale).
     num_workers: workers running these towers each step; the all-reduce
       averages the towers of all of them.
     broadcast: None, or a function of the list of global variables that
@@ -172,7 +195,6 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
     timeout_secs: how long the all-reduce waits for a tower that does not
       come; 0: for ever.
     gpus_shared: other workers' towers run on these GPUs too.
-    recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
 
   Returns:
     (train_op, the last tower's loss (for the step line), the
@@ -180,11 +202,10 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
     that fills the copies).
   """
   global_step = tf1.train.get_or_create_global_step()
-  examples_per_step = num_workers * sum(
-      int(images.shape[0]) for images, _ in batches)
-  opt = cifar10.optimizer(
-      cifar10.learning_rate(global_step, examples_per_step, recipe), recipe)
-  tower_grads, tower_losses = _towers(opt, batches, devices, tower_loss)
+  opt = cifar10.optimizer(cifar10.learning_rate(
+      global_step, num_workers * towers.examples(batches), recipe), recipe,
+                          opts)
+  tower_grads, tower_losses = _towers(opt, batches, devices, tower_loss, opts)
 
   # Each tower gets the mean gradient and applies it to its own copy, all
   # in one update (one loss-scale check, one global step).
@@ -192,15 +213,13 @@ def build_train_op(batches, devices, tower_loss, num_workers=1,
   print(line)
   reduced = all_reduce_mean(tower_grads, devices, num_workers * len(devices),
                             timeout_secs, communication)
-  train_op = tf.group(
+  # With it, the gradient noise scale, from the towers' gradients and tower
+  # 0's copy of their mean (machinery/noise_scale.py).
+  train_op = noise_scale.track(
       cifar10.apply_gradients(opt, sum(reduced, []), global_step),
-      # The gradient noise scale, from the towers' gradients and tower 0's
-      # copy of their mean (machinery/noise_scale.py).
-      noise_scale.track(tower_grads, reduced[0], int(batches[0][0].shape[0]),
-                        num_workers * len(devices)))
+      tower_grads, reduced[0], int(batches[0][0].shape[0]),
+      num_workers * len(devices), measure_noise)
   # The step line reports the last tower's loss, TensorBoard shows its
   # summaries, as with shared variables.
-  return train_op, tower_losses[-1], tf1.train.Scaffold(
-      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME,
-                                            len(devices) - 1),
-      local_init_op=_copy_to_replicas(tower_grads, broadcast))
+  return towers.built(train_op, tower_losses,
+                      local_init_op=_copy_to_replicas(tower_grads, broadcast))

@@ -6,7 +6,7 @@ data) at batch 128, as judged by cifar10_eval.py. Measured here: see the
 README.
 
 Usage:
-  python cifar10_train.py --data_dir=/tmp/cifar10_data \
+  python cifar10_train.py --data_dir=/tmp/cifar10_data \\
       --train_dir=/tmp/cifar10_train --max_steps=100000
 
 It logs `<datetime>: step N, loss = L (E examples/sec; S sec/batch)` every
@@ -23,7 +23,7 @@ from __future__ import print_function
 import cifar10
 from machinery import cli
 from machinery import hardware
-from machinery import memory
+from machinery import options
 from machinery import recipe as recipes
 from machinery import session
 import tensorflow as tf
@@ -31,16 +31,23 @@ import tensorflow as tf
 tf1 = tf.compat.v1
 FLAGS = tf1.flags.FLAGS
 
-session.define_trainer_flags(max_steps=100000)
+session.define_trainer_flags()
 tf1.flags.adopt_module_key_flags(cifar10)
 tf1.flags.adopt_module_key_flags(session)
 
+# The tutorial trained for 100K steps.
+MAX_STEPS = 100000
 
-def build_train_op(recipe=recipes.TUTORIAL):
-  """Builds the single-tower training graph in the default graph.
+
+def build_train_op(images, labels, recipe=recipes.TUTORIAL,
+                   opts=options.DEFAULT):
+  """Builds the single-tower training step on a batch, in the default graph.
 
   Args:
+    images: the batch's images, [batch_size, 24, 24, 3].
+    labels: its labels, [batch_size].
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
+    opts: the options for speed, a machinery.options.Options.
 
   Returns:
     train_op: op for one training step.
@@ -50,51 +57,47 @@ def build_train_op(recipe=recipes.TUTORIAL):
   with tf.device('/cpu:0'):
     global_step = tf1.train.get_or_create_global_step()
 
-  # A batch of distorted training images and their labels. The input
-  # pipeline stays on the CPU, leaving the GPU to the model: the tutorial
-  # went from about 1,700 to 8,000 images/s on a GTX 1080 that way.
-  with tf.device('/cpu:0'):
-    images, labels = cifar10.distorted_inputs()
-
   # The model's logits for the batch.
-  logits = cifar10.inference(images)
+  logits = cifar10.inference(images, opts)
 
   # Its loss: cross entropy plus weight decay.
   loss = cifar10.loss(logits, labels)
 
   # One step of gradient descent on the batch, then the moving averages.
-  train_op = cifar10.train(loss, global_step, FLAGS.batch_size, recipe)
+  train_op = cifar10.train(loss, global_step, int(images.shape[0]), recipe,
+                           opts)
   return train_op, loss
 
 
-def train(recipe):
+def run_training(recipe, opts):
   """Builds the graph and trains it until --max_steps (or --train_epochs)."""
   with tf.Graph().as_default():
     session.seed_graph()  # With --seed, the same run every time.
-    train_op, loss = build_train_op(recipe)
+
+    # A batch of distorted training images and their labels. The input
+    # pipeline stays on the CPU, leaving the GPU to the model: the tutorial
+    # went from about 1,700 to 8,000 images/s on a GTX 1080 that way.
+    with tf.device('/cpu:0'):
+      images, labels = cifar10.distorted_inputs(FLAGS.data_dir,
+                                                FLAGS.batch_size, opts)
+    train_op, loss = build_train_op(images, labels, recipe, opts)
 
     # The session restores the latest checkpoint of --train_dir (or
     # initializes the model), saves checkpoints and summaries as it goes,
-    # and runs these hooks around every step: stop at --max_steps, stop on
+    # and runs its hooks around every step: stop at --max_steps, stop on
     # a NaN loss, print the step line.
     with session.training_session(
-        hooks=session.standard_hooks(loss, session.last_step(FLAGS.batch_size),
-                                     examples_per_step=FLAGS.batch_size),
+        loss, examples_per_step=FLAGS.batch_size,
         config=hardware.session_config()) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
-  recipe = recipes.from_flags()
-  if session.reached_max_steps(session.last_step(FLAGS.batch_size)):
-    return
-  # One line, rather than the OOM killer, if a step would not fit in memory.
-  memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
-                         towers=1)
-  cifar10.maybe_download_and_extract()
-  train(recipe)
+  # Nothing to do at --max_steps; one line if a step would not fit.
+  if session.ready_to_train(cifar10, FLAGS.batch_size, towers=1):
+    run_training(recipes.from_flags(), options.from_flags())
 
 
 if __name__ == '__main__':
-  cli.run_main(main)
+  cli.run_main(main, defaults={'max_steps': MAX_STEPS})

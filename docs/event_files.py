@@ -12,10 +12,13 @@ from __future__ import print_function
 import collections
 import glob
 import os
+import sys
 
-# cifar10_eval.py's summary of precision @ 1 (its PRECISION_TAG), which
-# the docs' scripts read from an --eval_dir.
-PRECISION_TAG = 'Precision @ 1'
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+# cifar10_eval.py's summary of precision @ 1, which the docs' scripts read
+# from an --eval_dir.
+from machinery.summaries import PRECISION_TAG  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
 
 
 def scalars(directory, tags):

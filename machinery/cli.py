@@ -96,7 +96,7 @@ def _precision_notice():
     print(notice)
 
 
-def run_main(main, takes_arguments=False):
+def run_main(main, takes_arguments=False, defaults=None):
   """Parses flags and runs main(argv); an Error prints one line, exit 1.
 
   Every directory flag is checked first (check_path_flags), and the script
@@ -106,7 +106,11 @@ def run_main(main, takes_arguments=False):
     main: the script's main function, taking argv; what it returns is the
       exit status.
     takes_arguments: whether arguments other than flags are the script's.
+    defaults: {flag name: default} of this script's own, set before the
+      command line is read (--help shows them), e.g. --max_steps.
   """
+  for name, value in (defaults or {}).items():
+    FLAGS.set_default(name, value)
   def checked_main(argv):
     if len(argv) > 1 and not takes_arguments:
       raise errors.UsageError('Unexpected arguments %s. See --help.'

@@ -42,7 +42,6 @@ import os
 import re
 
 from machinery import errors
-from machinery import options
 import numpy as np
 import tensorflow as tf
 
@@ -82,11 +81,11 @@ def activation_elements(inference, loss, height=24, width=24):
   """
   # Counted in float32 whatever the precision: measured on CPUs, a step in
   # bfloat16 peaks as high as one in float32 (see above).
-  with tf.Graph().as_default() as graph, options.portable():
+  with tf.Graph().as_default() as graph:
     images = tf1.placeholder(tf.float32, [1, height, width, 3])
     labels = tf1.placeholder(tf.int32, [1])
     before = set(graph.get_operations())
-    loss(inference(images), labels)
+    loss(inference(images), labels)  # Its default options: float32.
     sizes = [0]
     for op in graph.get_operations():
       if op in before or op.type in _ALIASES:

@@ -37,7 +37,6 @@ import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
-FLAGS = flags.FLAGS
 
 # Decay of the estimates' moving averages: about the last 100 steps.
 DECAY = 0.99
@@ -116,32 +115,34 @@ def _moving_average(value, name):
         1 - tf.pow(DECAY, count.read_value()), 1e-12)
 
 
-def track(tower_grads, mean_grads, tower_batch, towers_in_mean=None):
-  """Measures the noise scale every step, for TensorBoard.
+def track(step, tower_grads, mean_grads, tower_batch, towers_in_mean=None,
+          measure=True):
+  """Measures the noise scale with every step, for TensorBoard.
 
-  With one tower in the mean (or --nogradient_noise_scale) it builds
-  nothing.
+  With one tower in the mean, or measure False (--nogradient_noise_scale),
+  it builds nothing.
 
   Args:
+    step: the op of a training step, built from these gradients.
     tower_grads: one list of (gradient, variable) pairs per tower.
     mean_grads: the mean of the towers' gradients, the same variables.
     tower_batch: the examples of one tower.
     towers_in_mean: the towers mean_grads averages, these and other
       workers'; None: these.
+    measure: False builds nothing.
 
   Returns:
-    The op that updates the moving averages, to run with the step (a
-    summary fetched in the same run reads them after), or a no-op.
+    The op that runs step and updates the moving averages (a summary
+    fetched in the same run reads them after), or step itself.
   """
-  if (towers_in_mean or len(tower_grads)) < 2 or not FLAGS.gradient_noise_scale:
-    return tf.no_op()
-  step = estimate(tower_grads, mean_grads, tower_batch, towers_in_mean)
+  if (towers_in_mean or len(tower_grads)) < 2 or not measure:
+    return step
+  estimates = estimate(tower_grads, mean_grads, tower_batch, towers_in_mean)
   with tf1.name_scope(TAG + '/'):
-    # Each moving average, after this step's update: the step runs the
-    # updates, and a summary fetched with it reads them.
-    trace = _moving_average(step.trace_sigma, 'trace_sigma')
-    squared = _moving_average(step.gradient_squared, 'gradient_squared')
+    # Each moving average, after this step's update.
+    trace = _moving_average(estimates.trace_sigma, 'trace_sigma')
+    squared = _moving_average(estimates.gradient_squared, 'gradient_squared')
     summaries.scalar_summary(TAG, trace / squared)
     summaries.scalar_summary(TAG + '/trace_sigma', trace)
     summaries.scalar_summary(TAG + '/gradient_squared', squared)
-  return tf.group(trace, squared)
+    return tf.group(step, trace, squared, name='step')

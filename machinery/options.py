@@ -1,26 +1,28 @@
 """Defines the options for speed: mixed precision, the layout, XLA.
 
 Each keeps the same model and checkpoints (float32 variables with the
-same names); docs/options.md says how each works and what it gives.
-cifar10.py builds the model with them in one line each:
+same names); docs/options.md says how each works and what it gives. A
+script reads them once, from_flags(), and hands the Options to the
+model, which builds with them in one line each:
 
-  images = tf.cast(images, compute_dtype())   # --use_fp16, --use_bf16
-  @compiled                                   # --xla
-  def inference(images): ...
-  conv = tf.nn.conv2d(..., data_format=data_format())
-  scale = loss_scale()                        # --use_fp16's loss scaling
+  opts = options.from_flags()                  # or options.DEFAULT
+  images = tf.cast(images, opts.compute_dtype())   # --use_fp16, --use_bf16
+  with opts.compiled():                        # --xla
+    ...
+  conv = tf.nn.conv2d(..., data_format=opts.data_format())
+  scale = opts.loss_scale()                    # --use_fp16's loss scaling
 
-and with portable(): builds the model in float32, channels last and
-uncompiled whatever the flags say (the SavedModel cifar10_predict.py
-exports, which every CPU build of TensorFlow runs).
+PORTABLE builds the model in float32, channels last and uncompiled (the
+SavedModel cifar10_predict.py exports, which every CPU build of
+TensorFlow runs).
 """
 
 from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import collections
 import contextlib
-import functools
 
 from machinery import hardware
 import tensorflow as tf
@@ -60,24 +62,79 @@ flags.DEFINE_boolean('xla', False,
                      'XLA.')
 
 
-# The flags that change how the model is built (portable() sets them
-# aside).
+# The flags that change how the model is built.
 BUILD_FLAGS = ('data_format', 'use_fp16', 'use_bf16', 'xla')
 
-# Holds True while the model is built portable (portable()).
-_portable = []
+
+class Options(collections.namedtuple('Options', [
+    'use_fp16', 'use_bf16', 'loss_scale_value', 'layout', 'xla'])):
+  """How the model is built and computes: the values of --use_fp16,
+  --use_bf16, --loss_scale, --data_format and --xla."""
+
+  def compute_dtype(self):
+    """Returns the dtype the model computes in."""
+    if self.use_fp16:
+      return tf.float16
+    if self.use_bf16:
+      return tf.bfloat16
+    return tf.float32
+
+  def data_format(self):
+    """Returns the layout, 'auto' resolved for where the model is built.
+
+    The layout follows the device: channels first (NCHW, cuDNN's fastest
+    in float32) for a model built for a GPU; channels last (NHWC) on a CPU
+    and for float16 and bfloat16, which tensor cores compute channels last
+    (as TensorFlow's layout optimizer and NVIDIA's guides have it). A model
+    is built for the device of the current device scope (a tower's), or,
+    with none, for a GPU where one is visible (TensorFlow places it there).
+    """
+    if self.layout != 'auto':
+      return self.layout
+    if self.compute_dtype() != tf.float32:
+      return 'NHWC'
+    device = _device_of_scope()
+    if device:
+      on_gpu = tf.DeviceSpec.from_string(device).device_type == 'GPU'
+    else:
+      on_gpu = bool(tf.config.list_physical_devices('GPU'))
+    return 'NCHW' if on_gpu else 'NHWC'
+
+  def compiled(self):
+    """Returns a context in which the ops built, and later their gradients,
+    are compiled with XLA (with --xla), or one that does nothing."""
+    if not self.xla:
+      return contextlib.nullcontext()
+    return tf1.xla.experimental.jit_scope()
+
+  def loss_scale(self):
+    """Makes --use_fp16's loss scale (--loss_scale); None without it.
+
+    Float16 gradients of small values flush to zero: the loss is
+    multiplied by the loss scale before the gradients are taken and they
+    are divided by it after. A dynamic scale halves on an overflow (and
+    that step is skipped) and doubles after 2000 good steps.
+    """
+    if not self.use_fp16:
+      return None
+    if self.loss_scale_value == 'dynamic':
+      return tf1.mixed_precision.DynamicLossScale()
+    return tf1.mixed_precision.FixedLossScale(float(self.loss_scale_value))
 
 
-@contextlib.contextmanager
-def portable():
-  """Inside the block, the model is built in float32, channels last (NHWC)
-  and uncompiled, whatever BUILD_FLAGS say: as every CPU build of
-  TensorFlow runs it (NCHW pooling needs a GPU or oneDNN)."""
-  _portable.append(True)
-  try:
-    yield
-  finally:
-    _portable.pop()
+# The flags' defaults: float32, the layout for the device, no XLA.
+DEFAULT = Options(use_fp16=False, use_bf16=False, loss_scale_value='dynamic',
+                  layout='auto', xla=False)
+# As every CPU build of TensorFlow runs it (NCHW pooling needs a GPU or
+# oneDNN): float32, channels last, uncompiled.
+PORTABLE = DEFAULT._replace(layout='NHWC')
+
+
+def from_flags():
+  """Returns the Options the command line asks for."""
+  return Options(use_fp16=FLAGS.use_fp16, use_bf16=FLAGS.use_bf16,
+                 loss_scale_value=FLAGS.loss_scale,
+                 layout=FLAGS.data_format, xla=FLAGS.xla)
 
 
 def _is_positive_number(text):
@@ -94,40 +151,6 @@ def precision_notice():
   return hardware.precision_notice(FLAGS.use_fp16, FLAGS.use_bf16)
 
 
-def compute_dtype():
-  """Returns the dtype the model computes in, per --use_fp16/--use_bf16."""
-  if _portable:
-    return tf.float32
-  if FLAGS.use_fp16:
-    return tf.float16
-  if FLAGS.use_bf16:
-    return tf.bfloat16
-  return tf.float32
-
-
-def data_format():
-  """Returns --data_format, 'auto' resolved for where the model is built.
-
-  The layout follows the device: channels first (NCHW, cuDNN's fastest in
-  float32) for a model built for a GPU; channels last (NHWC) on a CPU and
-  for float16 and bfloat16, which tensor cores compute channels last (as
-  TensorFlow's layout optimizer and NVIDIA's guides have it). A model is
-  built for the device of the current device scope (a tower's), or, with
-  none, for a GPU where one is visible (TensorFlow places it there).
-  """
-  fmt = 'NHWC' if _portable else FLAGS.data_format
-  if fmt != 'auto':
-    return fmt
-  if compute_dtype() != tf.float32:
-    return 'NHWC'
-  device = _device_of_scope()
-  if device:
-    on_gpu = tf.DeviceSpec.from_string(device).device_type == 'GPU'
-  else:
-    on_gpu = bool(tf.config.list_physical_devices('GPU'))
-  return 'NCHW' if on_gpu else 'NHWC'
-
-
 def _device_of_scope():
   """Returns the device an op built here is placed on by the device scope
   ('' for none, or outside a graph), read off a NoOp built for the
@@ -135,40 +158,3 @@ def _device_of_scope():
   if tf.executing_eagerly():
     return ''
   return tf.no_op(name='device_of_scope').device
-
-
-def compiled(build):
-  """Makes a model-building function build under XLA with --xla.
-
-  The ops it builds, and later their gradients, are compiled with XLA
-  (tf.compat.v1.xla.experimental.jit_scope) when --xla is set as it is
-  called; without --xla it builds as it is.
-
-  Args:
-    build: a function that builds the model, e.g. cifar10.inference.
-
-  Returns:
-    The function, wrapped.
-  """
-  @functools.wraps(build)
-  def build_compiled(*args, **kwargs):
-    if _portable or not FLAGS.xla:
-      return build(*args, **kwargs)
-    with tf1.xla.experimental.jit_scope():
-      return build(*args, **kwargs)
-  return build_compiled
-
-
-def loss_scale():
-  """Makes --use_fp16's loss scale (--loss_scale); None without it.
-
-  Float16 gradients of small values flush to zero: the loss is multiplied
-  by the loss scale before the gradients are taken and they are divided by
-  it after. A dynamic scale halves on an overflow (and that step is
-  skipped) and doubles after 2000 good steps.
-  """
-  if not FLAGS.use_fp16:
-    return None
-  if FLAGS.loss_scale == 'dynamic':
-    return tf1.mixed_precision.DynamicLossScale()
-  return tf1.mixed_precision.FixedLossScale(float(FLAGS.loss_scale))

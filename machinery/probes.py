@@ -6,6 +6,8 @@ a GPU multiplies float32 in TF32, which GPUs there are, and where a step's
 heaviest ops actually ran:
 
   matmul_peak(tf.bfloat16)        # GFLOP/s of a 4096x4096 matmul
+  peaks(['float32', 'bfloat16'])  # {'float32': GFLOP/s, ...}
+  median_peaks([peaks(...), ...]) # the median of each over the samples
   onednn_on()                     # 'on', 'off' or '?'
   float32_matmuls()               # 'float32' or 'float32 as TF32'
   gpus_line()                     # 'GPUs: ...' or 'no GPU visible: ...'
@@ -63,6 +65,22 @@ def matmul_peak(dtype=tf.float32):
         sess.run(product)
         times.append(time.time() - start)
   return 2.0 * n ** 3 / np.median(times) / 1e9
+
+
+def peaks(precisions):
+  """Measures the matmul peak of each precision named ('float32',
+  'bfloat16', 'float16'); returns {name: GFLOP/s}."""
+  return {name: matmul_peak(tf.as_dtype(name)) for name in sorted(precisions)}
+
+
+def median_peaks(samples):
+  """Returns {precision: the median of its peaks} over a list of peaks()
+  results, and {precision: (the least, the most)}."""
+  return ({name: np.median([sample[name] for sample in samples])
+           for name in samples[0]},
+          {name: (min(sample[name] for sample in samples),
+                  max(sample[name] for sample in samples))
+           for name in samples[0]})
 
 
 def onednn_on():

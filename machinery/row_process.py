@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 
+from machinery import environment
 from machinery import errors
 
 # How the child marks its answers among whatever else it prints.
@@ -106,6 +107,29 @@ class RowProcess(object):
     self._child.stdin.close()
     self._child.wait()
     os.remove(self._flagfile)
+
+
+def onednn_environ(setting):
+  """The environment of a child of a oneDNN setting: onednn_on turns
+  oneDNN on; tf_default leaves TF_ENABLE_ONEDNN_OPTS to TensorFlow, except
+  on the CPUs where the scripts would turn oneDNN on (environment.py):
+  there it says what TensorFlow does by itself, off. The GPU, if any, is
+  shared with the parent and the other children."""
+  if setting == 'onednn_on':
+    onednn = '1'
+  elif environment.onednn_setting(environment.cpu_flags(), {}):
+    onednn = '0'
+  else:
+    onednn = None
+  return {'TF_ENABLE_ONEDNN_OPTS': onednn, 'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}
+
+
+def start_children(script, settings, flag_string):
+  """Starts a child for each (oneDNN setting or None, extra flags) of
+  settings; returns {(setting, extra flags): its RowProcess}."""
+  return {key: RowProcess(script, onednn_environ(key[0]) if key[0] else {},
+                          flag_string, key[1])
+          for key in sorted(set(settings), key=str)}
 
 
 def serve(builders, warmup, describe):

@@ -3,11 +3,10 @@
 A trainer defines its flags with define_trainer_flags and runs its steps
 in training_session, as the tutorial ran them in MonitoredTrainingSession:
 
-  define_trainer_flags(max_steps=100000)
+  define_trainer_flags()
   ...
-  with training_session(
-      hooks=standard_hooks(loss, last_step(128), examples_per_step=128),
-      config=hardware.session_config()) as mon_sess:
+  with training_session(loss, examples_per_step=128,
+                        config=hardware.session_config()) as mon_sess:
     while not mon_sess.should_stop():
       mon_sess.run(train_op)
 
@@ -37,6 +36,7 @@ from machinery import console
 from machinery import errors
 from machinery import step_hooks
 from machinery import lock
+from machinery import memory
 from machinery import recipe
 from machinery import writes
 import tensorflow as tf
@@ -51,19 +51,21 @@ STOP_GRACE_PERIOD_SECS = 5
 # The name scope of the ops the session adds to the graph.
 SESSION_SCOPE = 'session'
 
+# --max_steps, unless the trainer says otherwise: the tutorial's 100K.
+DEFAULT_MAX_STEPS = 100000
 
-def define_trainer_flags(max_steps):
-  """Defines the flags every trainer takes.
 
-  Args:
-    max_steps: the default of --max_steps.
-  """
+def define_trainer_flags():
+  """Defines the flags every trainer takes. --max_steps defaults to the
+  tutorial's 100000; a trainer of another default sets it as it starts
+  (cli.run_main's defaults), so that no default depends on which trainer
+  a process imported first."""
   if 'train_dir' in FLAGS:
     return  # Two trainers imported into one process (tests).
   flags.DEFINE_string('train_dir', '/tmp/cifar10_train',
                       'Directory where to write event logs and checkpoints. '
                       'It is never deleted: a rerun resumes from it.')
-  flags.DEFINE_integer('max_steps', max_steps,
+  flags.DEFINE_integer('max_steps', DEFAULT_MAX_STEPS,
                        'Number of batches to run (the global step to stop at).',
                        lower_bound=1)
   flags.DEFINE_boolean('log_device_placement', False,
@@ -119,6 +121,35 @@ def last_step(examples_per_step):
   return recipe.from_flags().last_step(FLAGS.max_steps, examples_per_step)
 
 
+def ready_to_train(model, examples_per_step, towers):
+  """Readies a trainer, before it builds anything: checks the recipe, says
+  so where training has reached its last step, checks that a step fits in
+  memory (memory.check_step_fits), and gets the data.
+
+  Args:
+    model: the model's module, cifar10: its inference, loss and
+      maybe_download_and_extract.
+    examples_per_step: the examples of one step, over all towers.
+    towers: the towers one step runs.
+
+  Returns:
+    Whether there is training to do.
+
+  Raises:
+    errors.UsageError: the recipe cannot train (recipe.check).
+    errors.OutOfMemoryError: a step would not fit in memory.
+    errors.DataError: the data cannot be had.
+  """
+  recipe.from_flags()
+  if reached_max_steps(last_step(examples_per_step)):
+    return False
+  memory.check_step_fits(model.inference, model.loss, FLAGS.batch_size,
+                         towers)
+  model.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
+                                   FLAGS.data_md5)
+  return True
+
+
 def reached_max_steps(last, step=None, log_prefix=''):
   """Says so in one line when training has reached its last step.
 
@@ -147,19 +178,9 @@ def reached_max_steps(last, step=None, log_prefix=''):
   return True
 
 
-def standard_hooks(loss, last, examples_per_step, num_towers=1,
-                   log_prefix=''):
-  """Returns the hooks every trainer gives its session, the tutorial's: stop
-  at the last step, stop on a NaN loss, print the step line.
-
-  Args:
-    loss: the loss tensor the step line reports and the NaN check reads.
-    last: the global step to stop at (last_step()).
-    examples_per_step: the examples this process trains on per step, for
-      the step line's examples/sec.
-    num_towers: the towers they are split over, for its sec/batch.
-    log_prefix: text to start each line with.
-  """
+def _standard_hooks(loss, last, examples_per_step, num_towers, log_prefix):
+  """Returns the tutorial's hooks around every step: stop at the last step,
+  stop on a NaN loss, print the step line."""
   return [tf1.train.StopAtStepHook(last_step=last),
           step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
           step_hooks.LoggerHook(loss, FLAGS.log_frequency,
@@ -190,13 +211,22 @@ class LocalRole(object):
 
 
 @contextlib.contextmanager
-def training_session(hooks, config=None, scaffold=None, role=None,
+def training_session(loss, examples_per_step, num_towers=1, last=None,
+                     hooks=(), config=None, scaffold=None, role=None,
                      log_prefix=''):
   """Opens the MonitoredSession a trainer runs its steps in.
 
+  Around every step it runs the tutorial's hooks: stop at the last step,
+  stop on a NaN loss, print the step line every --log_frequency steps.
+
   Args:
-    hooks: the trainer's SessionRunHooks (the stop at --max_steps, the NaN
-      check, the step line), run before the chief's checkpoint saver.
+    loss: the loss tensor the step line reports and the NaN check reads.
+    examples_per_step: the examples this process trains on per step, for
+      the step line's examples/sec and, unless last is given, the end of
+      --train_epochs.
+    num_towers: the towers they are split over, for its sec/batch.
+    last: the global step to stop at; None: last_step(examples_per_step).
+    hooks: more SessionRunHooks, run first.
     config: a tf.compat.v1.ConfigProto, or None.
     scaffold: a tf.compat.v1.train.Scaffold (its summary and init ops).
     role: how this process takes part; None: alone (LocalRole).
@@ -208,9 +238,13 @@ def training_session(hooks, config=None, scaffold=None, role=None,
   Raises:
     errors.DivergedError: the loss became NaN (step_hooks.NanLossHook).
     errors.WriteError: a write into --train_dir failed.
+    errors.OutOfMemoryError: a step ran out of a device's memory.
     errors.LockError: another trainer holds --train_dir.
     errors.PeerGoneError: a distributed worker lost a peer.
   """
+  hooks = list(hooks) + _standard_hooks(
+      loss, last_step(examples_per_step) if last is None else last,
+      examples_per_step, num_towers, log_prefix)
   role = role or LocalRole()
   scaffold = scaffold or tf1.train.Scaffold()
   config = _with_device_placement(config)
@@ -227,7 +261,7 @@ def training_session(hooks, config=None, scaffold=None, role=None,
         checkpoints.add_saver()
         mon_sess = tf1.train.MonitoredSession(
             session_creator=role.session_creator(scaffold, config),
-            hooks=list(hooks) + [signal_hook] + _chief_hooks(
+            hooks=hooks + [signal_hook] + _chief_hooks(
                 role, resumed_step, scaffold, log_prefix),
             stop_grace_period_secs=STOP_GRACE_PERIOD_SECS)
       with mon_sess, _step_errors():
@@ -239,6 +273,25 @@ def training_session(hooks, config=None, scaffold=None, role=None,
     print('Stopped by signal %d; checkpoint saved in %s.'
           % (signal_hook.received, tf1.train.latest_checkpoint(
               FLAGS.train_dir)))
+
+
+def train_until_done(train_op, loss, examples_per_step, **kwargs):
+  """Runs train_op in a training_session until it stops (the trainers whose
+  story is elsewhere: model parallelism, a distributed worker).
+
+  Args:
+    train_op: the op of one step.
+    loss, examples_per_step, **kwargs: training_session's arguments.
+
+  Returns:
+    How many steps this process ran.
+  """
+  steps = 0
+  with training_session(loss, examples_per_step, **kwargs) as mon_sess:
+    while not mon_sess.should_stop():
+      mon_sess.run(train_op)
+      steps += 1
+  return steps
 
 
 def _with_device_placement(config):
@@ -326,15 +379,16 @@ def _step_errors():
   this block stands inside the session.
   """
   try:
-    yield
-  except writes.WRITE_ERRORS as e:
-    error = _write_error(e) or out_of_memory_error(e)
+    with _as_write_error():
+      yield
+  except tf.errors.ResourceExhaustedError as e:
+    error = out_of_memory_error(e)
     if error:
       raise error
-    if isinstance(e, tf.errors.OutOfRangeError):
-      raise RuntimeError('Training stopped on an OutOfRangeError, which its '
-                         'input, repeated for ever, never raises: %s' % e)
     raise
+  except tf.errors.OutOfRangeError as e:
+    raise RuntimeError('Training stopped on an OutOfRangeError, which its '
+                       'input, repeated for ever, never raises: %s' % e)
 
 
 @contextlib.contextmanager
@@ -343,16 +397,12 @@ def _as_one_error(role):
   write into --train_dir that fails as the session starts or ends (the
   first or last checkpoint), a peer the role has lost."""
   try:
-    yield
+    with _as_write_error():
+      yield
   except step_hooks.NanLossError as e:
     raise _diverged(e, role.is_chief)
-  except writes.WRITE_ERRORS + role.lost_peer_errors as e:
-    error = _write_error(e)
-    if not error and isinstance(e, role.lost_peer_errors):
-      error = role.peer_gone_error()
-    if not error:
-      raise
-    raise error
+  except role.lost_peer_errors:
+    raise role.peer_gone_error()
 
 
 def _diverged(error, is_chief):
@@ -392,11 +442,11 @@ def out_of_memory_error(error):
           if shared else '', tf1.train.latest_checkpoint(FLAGS.train_dir)))
 
 
-def _write_error(error):
-  """Makes the WriteError of an error that is a failed write into
-  --train_dir (writes.write_error), or returns None for any other."""
-  return writes.write_error(
-      error, 'train_dir', FLAGS.train_dir,
-      then='Training stopped; the last good checkpoint, %s, is kept and the '
-      'next run resumes from it.' % tf1.train.latest_checkpoint(
-          FLAGS.train_dir))
+def _as_write_error():
+  """Returns the block in which a failed write into --train_dir becomes one
+  errors.WriteError (writes.as_write_error)."""
+  return writes.as_write_error(
+      'train_dir', FLAGS.train_dir, then=lambda: (
+          'Training stopped; the last good checkpoint, %s, is kept and the '
+          'next run resumes from it.' % tf1.train.latest_checkpoint(
+              FLAGS.train_dir)))

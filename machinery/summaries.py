@@ -21,6 +21,10 @@ import tensorflow as tf
 
 tf1 = tf.compat.v1
 
+# cifar10_eval.py's summary of the precision @ 1 in --eval_dir, which the
+# docs' scripts read (docs/event_files.py).
+PRECISION_TAG = 'Precision @ 1'
+
 
 def scalar_summary(tag, value):
   """Adds a scalar summary tagged exactly `tag`, whatever the name scope.

@@ -5,28 +5,23 @@ A full disk (ResourceExhaustedError), a file-size limit such as
 TensorFlow names the file and the system's reason. Only an error that
 names a file in the directory is a failed write: a step out of memory is
 also a ResourceExhaustedError, and names none (session.out_of_memory_error
-says it). The trainer, the
-evaluator and cifar10_predict.py each catch WRITE_ERRORS around their
-writes and ask write_error() what it was:
+says it). The trainer, the evaluator and cifar10_predict.py write inside
 
-  try:
+  with writes.as_write_error('eval_dir', FLAGS.eval_dir,
+                             then='The precision ...'):
     summary_writer.flush()
-  except writes.WRITE_ERRORS as e:
-    error = writes.write_error(e, 'eval_dir', FLAGS.eval_dir,
-                               then='The precision ...')
-    if not error:
-      raise
-    raise error
 
-write_error() removes what the write left half-written (a checkpoint's
-temporary directory, a .tmp file, the broken record at the end of an
-event file) and names the flag's directory and what to do.
+which turns a failed write there into one errors.WriteError and lets any
+other error pass: write_error() removes what the write left half-written
+(a checkpoint's temporary directory, a .tmp file, the broken record at
+the end of an event file) and names the flag's directory and what to do.
 """
 
 from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import contextlib
 import os
 import re
 
@@ -45,6 +40,26 @@ WRITE_ERRORS = (tf.errors.OpError, IndexError, RuntimeError)
 # The bytes around each record of an event file (TFRecord): its length and
 # the length's checksum before it, the data's checksum after it.
 _RECORD_FRAMING_BYTES = 8 + 4 + 4
+
+
+@contextlib.contextmanager
+def as_write_error(flag_name, flag_value, then, written_in=None, what=None):
+  """Turns a failed write into flag_value, in the block, into one
+  errors.WriteError (write_error); any other error passes as it is.
+
+  Args:
+    flag_name, flag_value, written_in, what: write_error's.
+    then: what the failure means for the user's run, a sentence, or a
+      function that returns it when a write fails.
+  """
+  try:
+    yield
+  except WRITE_ERRORS as e:
+    error = write_error(e, flag_name, flag_value,
+                        then() if callable(then) else then, written_in, what)
+    if error is None:
+      raise
+    raise error
 
 
 def failed_write(error, directory):

@@ -37,9 +37,10 @@ os.environ.setdefault('TF_FORCE_GPU_ALLOW_GROWTH', 'true')
 import cifar10  # pylint: disable=g-import-not-at-top,wrong-import-position
 import cifar10_input  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# Tests read flags at their defaults (or as flagsaver sets them), and
-# build graphs with TF1's control flow, as the scripts do (machinery/cli.py).
-cifar10.FLAGS.mark_as_parsed()
+# Tests build graphs with TF1's control flow, as the scripts do
+# (machinery/cli.py). The model's functions read no flag: the flags stay
+# unparsed, as in a notebook, but where a test runs a script's own code
+# (parsed_flags).
 cifar10.tf.compat.v1.disable_control_flow_v2()
 cifar10.tf.config.experimental.enable_tensor_float_32_execution(False)
 
@@ -102,6 +103,16 @@ def make_fake_data(data_dir, records_per_file=20, seed=0):
     write_records(os.path.join(batches_dir, name), labels, images)
     written[name] = (labels, images)
   return written
+
+
+@pytest.fixture
+def parsed_flags():
+  """The flags parsed at their defaults, as a script's main() finds them
+  (flagsaver sets others); unparsed again after the test."""
+  flags = cifar10.tf.compat.v1.flags.FLAGS
+  flags(['test'])
+  yield flags
+  flags.unparse_flags()
 
 
 @pytest.fixture
@@ -290,10 +301,11 @@ class LineReader(object):
     return ''.join(self.lines)
 
 
-def build_towers(batches, devices, variable_update):
+def build_towers(batches, devices, variable_update, opts=None,
+                 measure_noise=True):
   """The multi-GPU trainer's towers on given batches and devices, in either
   way of sharing the variables, built under /cpu:0 as its build_graph
-  builds them.
+  builds them, on the tutorial's recipe and opts (None: the defaults).
 
   Returns:
     (train_op, the last tower's loss, the scaffold).
@@ -301,11 +313,13 @@ def build_towers(batches, devices, variable_update):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import cifar10_multi_gpu_train as multi  # pylint: disable=g-import-not-at-top
   import cifar10_replicated  # pylint: disable=g-import-not-at-top
+  from machinery import options  # pylint: disable=g-import-not-at-top
+  from machinery import recipe  # pylint: disable=g-import-not-at-top
+  build, _ = cifar10_replicated.way(variable_update, multi.build_train_op,
+                                    multi.tower_loss)
   with tf.device('/cpu:0'):
-    if variable_update == cifar10_replicated.REPLICATED:
-      return cifar10_replicated.build_train_op(batches, devices,
-                                               multi.tower_loss)
-    return multi.build_train_op(batches, devices)
+    return build(batches, devices, recipe.TUTORIAL, opts or options.DEFAULT,
+                 measure_noise)
 
 
 def checkpoint_step(train_dir):

@@ -3,6 +3,8 @@
 import os
 import re
 
+from absl.testing import flagsaver
+import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
@@ -26,7 +28,7 @@ def test_flops_per_example_matches_tensorflows_count_of_the_model():
       stats = ops.get_stats_for_node_def(graph, op.node_def, 'flops')
       forward[op.name] = stats.value
   assert len(forward) == 5
-  assert benchmark.train_flops_per_example() == (
+  assert cifar10.train_flops_per_example() == (
       3 * sum(forward.values()) - forward['conv1/Conv2D'])
 
 
@@ -80,20 +82,26 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
       # The device its convolutions ran on; with a GPU, the two-tower rows
       # run on two (virtual, if need be) GPUs, and the training rows show
       # how long 100K steps would take.
-      towers = 2 if row in ('multi2', 'split', 'split_bf16') else 1
+      towers = 2 if row in ('multi2', 'multi2_quiet', 'split',
+                            'split_bf16') else 1
       if not gpus or row == 'input':
         assert devices == 'CPU:0' and projected == '', (name, devices)
       else:
         assert devices == ','.join('GPU:%d' % i for i in range(towers)), name
         if kind[row] != benchmark.PIPELINE:
           assert re.match(r'\d+\.\d min$', projected), (name, projected)
-  assert sorted(r for r in kind if kind[r] == benchmark.OURS) == [
-      'split', 'split_bf16', 'train', 'train_bf16']
-  for ours_row in [r for r in kind if kind[r] == benchmark.OURS]:
-    for keras in [r for r in kind if kind[r] == benchmark.KERAS]:
-      for setting in ('tf_default', 'onednn_on'):
-        assert re.search(r'^%s / %s/%s = \d+\.\d\dx$' % (
-            ours_row, keras, setting), out, re.M)
+  # Ours against each Keras row: the ratio of the two medians the table
+  # shows, for every row of ours.
+  medians = {m.group(1): float(m.group(2)) for m in re.finditer(
+      r'^\| (\S+) \| .* \| (?:on|off) \| (\d+\.\d) \|', out, re.M)}
+  ratios = {(m.group(1), m.group(2)): float(m.group(3)) for m in re.finditer(
+      r'^(\S+) / (\S+) = (\d+\.\d\d)x$', out, re.M)}
+  ours = [r for r in medians if kind[r.split('/')[0]] == benchmark.OURS]
+  keras = [r for r in medians if kind[r.split('/')[0]] == benchmark.KERAS]
+  assert len(ours) == 4 and len(keras) == 8
+  assert sorted(ratios) == sorted((o, k) for o in ours for k in keras)
+  for (o, k), ratio in ratios.items():
+    assert ratio == pytest.approx(medians[o] / medians[k], abs=0.006)
   # A section per device; the convolutions run on the train row's device.
   sections = re.findall(r'^train row op time on ([A-Z]+:\d+), .*\n'
                         r'((?:\s+\d+\.\d\d ms .*\n?)+)', out, re.M)
@@ -144,15 +152,13 @@ def _ops_the_step_runs(graph, fetch):
 
 
 def test_train_held_trains_on_one_batch_without_the_pipeline(
-    fake_data_dir, monkeypatch):
-  monkeypatch.setattr(cifar10.FLAGS, 'data_dir', fake_data_dir)
-  monkeypatch.setattr(cifar10.FLAGS, 'batch_size', 8)
-  pipeline = cifar10.distorted_inputs
-  sess, held_op, examples = benchmark._graph_session(
-      benchmark._held_batch_tower)
-  assert cifar10.distorted_inputs is pipeline  # Put back after building.
+    fake_data_dir, parsed_flags):
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8):
+    sess, held_op, examples = benchmark._graph_session(
+        lambda: benchmark.GRAPH_STEPS['held'](benchmark.ROWS['train_held']))
+    train_sess, train_op, _ = benchmark._graph_session(
+        lambda: benchmark.GRAPH_STEPS['train'](benchmark.ROWS['train']))
   assert examples == 8
-  train_sess, train_op, _ = benchmark._graph_session(benchmark._single_tower)
   train_sess.close()  # Its graph is all this test reads of it.
   # The train row's step takes a batch from the pipeline; the held row's
   # takes none, and trains the model on the batch read as it started.

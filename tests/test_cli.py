@@ -7,11 +7,13 @@ import re
 from absl.testing import flagsaver
 import pytest
 
-import cifar10
+import tensorflow as tf
+
 import cifar10_eval  # pylint: disable=unused-import
 from conftest import REPO, error_lines, run_script
+from machinery import cli
 
-FLAGS = cifar10.FLAGS
+FLAGS = tf.compat.v1.flags.FLAGS
 
 DOCUMENTED = {
     'cifar10_predict.py': ['batch_size', 'data_dir', 'checkpoint_dir',
@@ -108,19 +110,25 @@ def test_help_lists_every_flag_with_its_documented_default(script):
     ([], False),
 ])
 def test_boolean_flags_parse_every_form(argv, expected):
+  # Through the scripts' own parser (cli.run_main's): a boolean flag of the
+  # evaluator takes every form the docs promise, and a model flag beside it.
   with flagsaver.flagsaver():
     FLAGS.unparse_flags()
-    FLAGS(['cifar10_eval.py'] + argv)
-    assert FLAGS.run_once is expected
+    cli._parse_flags(['cifar10_eval.py', '--batch_size=7'] + argv)  # pylint: disable=protected-access
+    assert (FLAGS.run_once, FLAGS.batch_size) == (expected, 7)
+  FLAGS.unparse_flags()
 
 
-def test_script_flags_parse_with_model_flags():
+def test_a_boolean_flag_given_a_word_is_one_line_and_exit_2(capsys):
   with flagsaver.flagsaver():
     FLAGS.unparse_flags()
-    FLAGS(['cifar10_eval.py', '--batch_size=7', '--use_fp16=false',
-           '--eval_data=train_eval', '--num_examples=33'])
-    assert (FLAGS.batch_size, FLAGS.use_fp16, FLAGS.eval_data,
-            FLAGS.num_examples) == (7, False, 'train_eval', 33)
+    with pytest.raises(SystemExit) as exited:
+      cli._parse_flags(['cifar10_eval.py', '--run_once=maybe'])  # pylint: disable=protected-access
+  FLAGS.unparse_flags()
+  assert exited.value.code == 2
+  err = capsys.readouterr().err
+  assert err.startswith('Error: flag --run_once=maybe: ') and err.endswith(
+      '. See --help.\n') and err.count('\n') == 1, err
 
 
 @pytest.mark.parametrize('script,arg,message', [

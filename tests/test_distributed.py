@@ -27,6 +27,9 @@ from machinery import worker_session
 
 tf1 = tf.compat.v1
 
+# Some tests here run the scripts' own code, which reads the flags.
+pytestmark = pytest.mark.usefixtures('parsed_flags')
+
 DONE_LINE = re.compile(r'^Worker (\d): done after (\d+) steps of its own '
                        r'\((\d+) examples\)\.$', re.M)
 
@@ -318,7 +321,7 @@ def _train_in_threads(monkeypatch, tasks, mode, images, labels, train_dir,
 
   def this_worker():
     return int(threading.current_thread().name)
-  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n: [
+  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n, *args: [
       (tf.constant(images[this_worker()]),
        tf.constant(labels[this_worker()]))])
   role_hooks = worker_session.WorkerRole.hooks
@@ -330,7 +333,7 @@ def _train_in_threads(monkeypatch, tasks, mode, images, labels, train_dir,
                            peer_timeout_secs=60):
 
     def run_worker(task):
-      steps[task.task_index] = dist.train(
+      steps[task.task_index] = dist.run_training(
           servers[task.task_index], task, mode, ['/cpu:0'],
           configs[task.task_index], recipes.TUTORIAL)
     threads = [threading.Thread(target=run_worker, args=(t,),
@@ -357,7 +360,8 @@ def _assert_one_step_on_both_batches(initial, reader, images, labels):
                 if v.op.name.endswith('/ExponentialMovingAverage')]
     assert len(averages) == 10
     with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       for v in variables + averages:
         v.load(initial[v.op.name], sess)
       sess.run(train_op)
@@ -393,7 +397,7 @@ def test_allreduce_workers_step_as_one_tower_on_both_batches_and_agree(
 def test_variables_on_ps_tasks_cpus_towers_on_the_worker(monkeypatch):
   task = _tasks(['127.0.0.1:1', '127.0.0.1:2'],
                 ['127.0.0.1:3', '127.0.0.1:4'])[1]
-  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n: [
+  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n, *args: [
       (tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))] * n)
   with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
     dist.build_worker_graph(task, ['/cpu:0', '/cpu:1'], True,

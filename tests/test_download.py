@@ -10,7 +10,6 @@ import shutil
 import tarfile
 import threading
 
-from absl.testing import flagsaver
 import pytest
 
 import cifar10
@@ -151,30 +150,26 @@ def test_server_gone_is_an_error(tmp_path, archive):
   assert sorted(os.listdir(data_dir)) == []
 
 
-def test_file_url_from_the_flags(tmp_path, archive):
+def test_file_url_of_the_model(tmp_path, archive):
   body, _ = archive
   path = tmp_path / 'copy.tar.gz'
   path.write_bytes(body)
   data_dir = str(tmp_path / 'data')
-  with flagsaver.flagsaver(data_dir=data_dir, data_url='file://' + str(path)):
-    cifar10.maybe_download_and_extract()
+  cifar10.maybe_download_and_extract(data_dir, 'file://' + str(path))
   assert len(cifar10_input.data_files(data_dir, eval_data=True)) == 1
 
 
-def test_data_md5_flag_is_checked(tmp_path, archive):
+def test_data_md5_is_checked(tmp_path, archive):
   body, md5 = archive
   path = tmp_path / 'copy.tar.gz'
   path.write_bytes(body)
   url = 'file://' + str(path)
   wrong = str(tmp_path / 'wrong')
-  with flagsaver.flagsaver(data_dir=wrong, data_url=url, data_md5='f' * 32):
-    with pytest.raises(errors.DataError, match='has md5 %s, not f{32}'
-                       % md5):
-      cifar10.maybe_download_and_extract()
+  with pytest.raises(errors.DataError, match='has md5 %s, not f{32}' % md5):
+    cifar10.maybe_download_and_extract(wrong, url, 'f' * 32)
   assert not os.path.exists(os.path.join(wrong, cifar10_input.BATCHES_DIR))
   right = str(tmp_path / 'right')
-  with flagsaver.flagsaver(data_dir=right, data_url=url, data_md5=md5):
-    cifar10.maybe_download_and_extract()
+  cifar10.maybe_download_and_extract(right, url, md5)
   assert len(cifar10_input.data_files(right, eval_data=True)) == 1
 
 

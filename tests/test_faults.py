@@ -52,6 +52,8 @@ def _evaluated_steps(eval_dir):
   """The global steps of the Precision @ 1 summaries in eval_dir."""
   steps = []
   for name in sorted(os.listdir(eval_dir)) if os.path.isdir(eval_dir) else []:
+    if not name.startswith('events.out.tfevents'):
+      continue  # The evaluator's lock file.
     for event in tf.compat.v1.train.summary_iterator(
         os.path.join(eval_dir, name)):
       if any(v.tag == 'Precision @ 1' for v in event.summary.value):

@@ -32,6 +32,9 @@ from machinery import profiler
 
 tf1 = tf.compat.v1
 
+# Some tests here run the scripts' own code, which reads the flags.
+pytestmark = pytest.mark.usefixtures('parsed_flags')
+
 gpu = pytest.mark.skipif(NO_GPU is not None, reason=str(NO_GPU))
 
 
@@ -140,7 +143,8 @@ def test_benchmark_runs_two_tower_rows_on_virtual_gpus(one_gpu,
                                                        fake_data_dir):
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
       tf.Graph().as_default():
-    _, examples, config, _ = benchmark._multi(2)
+    _, examples, config, _ = benchmark.GRAPH_STEPS['towers'](
+        benchmark.ROWS['multi2'])
     convs = [op.device for op in tf1.get_default_graph().get_operations()
              if op.type == 'Conv2D']
   assert examples == 16
@@ -200,7 +204,8 @@ def test_scripts_of_one_tower_open_one_gpu(monkeypatch):
 def test_global_step_is_on_the_cpu_in_both_trainers(fake_data_dir):
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8):
     with tf.Graph().as_default():
-      cifar10_train.build_train_op()
+      cifar10_train.build_train_op(*cifar10.distorted_inputs(fake_data_dir,
+                                                             8))
       assert tf1.train.get_global_step().device == '/device:CPU:0'
     with tf.Graph().as_default():
       multi.build_graph(1, False, 'parameter_server')
@@ -297,7 +302,8 @@ def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
     options = tf1.RunOptions(output_partition_graphs=True)
     metadata = tf1.RunMetadata()
     with tf1.Session(config=config) as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       sess.run(train_op, options=options, run_metadata=metadata)
   placed = _placements(metadata)
   for i in (0, 1):
@@ -312,16 +318,18 @@ def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
 
 @gpu
 def test_auto_layout_is_nchw_and_gives_nhwcs_logits(real_data_dir):
-  assert options.data_format() == 'NCHW'
+  assert options.DEFAULT.data_format() == 'NCHW'
   images = np.random.RandomState(0).normal(size=(8, 24, 24, 3)).astype(
       np.float32)
   logits = {}
   values = None
   for fmt in ('NCHW', 'NHWC'):
-    with flagsaver.flagsaver(data_format=fmt), tf.Graph().as_default():
-      out = cifar10.inference(tf.constant(images))
+    with tf.Graph().as_default():
+      out = cifar10.inference(tf.constant(images),
+                              options.DEFAULT._replace(layout=fmt))
       with tf1.Session(config=hardware.session_config()) as sess:
-        sess.run(tf1.global_variables_initializer())
+        sess.run([tf1.global_variables_initializer(),
+                  tf1.local_variables_initializer()])
         if values is None:
           values = {v.op.name: sess.run(v) for v in tf1.global_variables()}
         for v in tf1.global_variables():
@@ -370,9 +378,13 @@ def test_mixed_precision_trains_50_steps(real_data_dir, tmp_path, precision):
 
 @gpu
 def test_xla_trains(real_data_dir, tmp_path):
-  _, losses = _train_losses(real_data_dir, str(tmp_path / 'train'), '--xla',
-                            '--max_steps=30')
+  train_dir = str(tmp_path / 'train')
+  _, losses = _train_losses(real_data_dir, train_dir, '--xla',
+                            '--max_steps=30', '--trace_steps=20')
   assert len(losses) == 3 and all(np.isfinite(losses)), losses
+  # The traced step ran XLA's compiled clusters: --xla was not ignored.
+  with open(os.path.join(train_dir, 'trace-step-20.json')) as f:
+    assert '_XlaRun' in f.read()
 
 
 @gpu
@@ -389,7 +401,8 @@ def test_replicated_equals_parameter_server_on_two_gpus(real_data_dir):
       tensors = [(tf.constant(i), tf.constant(l)) for i, l in batches]
       train_op, _, scaffold = build_towers(tensors, devices, update)
       with tf1.Session(config=config) as sess:
-        sess.run(tf1.global_variables_initializer())
+        sess.run([tf1.global_variables_initializer(),
+                  tf1.local_variables_initializer()])
         if initial is None:
           initial = {v.op.name: sess.run(v) for v in tf1.global_variables()}
         for v in tf1.global_variables():

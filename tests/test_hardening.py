@@ -254,6 +254,7 @@ def test_failed_eval_event_write_is_one_line(fake_data_dir, tmp_path):
   assert again.returncode == 0, again.stderr[-2000:]
   recorded = [(e.step, v.simple_value)
               for name in os.listdir(eval_dir)
+              if name.startswith('events.out.tfevents')
               for e in _whole_events(os.path.join(eval_dir, name))
               for v in e.summary.value if v.tag == 'Precision @ 1']
   assert [step for step, _ in recorded] == [10]

@@ -22,6 +22,9 @@ from machinery import session
 
 tf1 = tf.compat.v1
 
+# Some tests here run the scripts' own code, which reads the flags.
+pytestmark = pytest.mark.usefixtures('parsed_flags')
+
 # Runs a script and prints, as it ends, what memory.check_step_fits
 # estimated for its step (this process's memory then, plus the step's)
 # and the process's peak resident memory (VmHWM).
@@ -62,11 +65,13 @@ def test_estimate_is_the_measured_peak(real_data_dir, tmp_path, script, batch,
   assert result.returncode == 0, result.stderr[-3000:]
   estimate, peak = map(int, re.search(r'ESTIMATE (\d+) PEAK (\d+)',
                                       result.stdout).groups())
-  # Within 15% of the peak: measured on 2-core CPUs, 1 to 8 towers of 128
-  # to 8192, the estimate stood between 4% under and 9% over (docs/usage.md).
-  # The peak is the allocator's (freed memory not given back), so it moves
-  # by a few percent from run to run.
-  assert abs(estimate - peak) < 0.15 * peak, (estimate, peak)
+  # From 10% under the peak to 20% over: measured on 2-core CPUs, 1 to 8
+  # towers of 128 to 8192, the estimate stood between 4% under and 9% over
+  # in float32, 15% over in bfloat16, which peaks a little lower
+  # (docs/usage.md). The peak is the allocator's (freed memory not given
+  # back), so it moves by a few percent from run to run. Over is the safe
+  # side: a step is refused only where it would come near the limit.
+  assert 0.9 * peak < estimate < 1.2 * peak, (estimate, peak)
 
 
 def test_per_example_count_is_the_models_layer_shapes():
@@ -169,7 +174,7 @@ def _step_error(train_dir, fail):
     global_step = tf1.train.get_or_create_global_step()
     step = tf.group(tf1.assign_add(global_step, 1), fail())
     with pytest.raises(errors.Error) as raised:
-      with session.training_session(hooks=[]) as mon_sess:
+      with session.training_session(tf.constant(1.0), 128) as mon_sess:
         mon_sess.run(step)
   return raised.value
 

@@ -2,12 +2,13 @@
 
 import math
 
-from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import cifar10
+from machinery import options
+from machinery import recipe as recipes
 
 tf1 = tf.compat.v1
 
@@ -106,12 +107,13 @@ def test_decay_schedule_counts_examples_per_step():
 
 
 def test_fp16_is_mixed_precision_float32_variables_float16_compute():
-  with flagsaver.flagsaver(use_fp16=True), tf.Graph().as_default():
+  opts = options.DEFAULT._replace(use_fp16=True)
+  with tf.Graph().as_default():
     images, labels = _random_batch(8)
     total_loss = cifar10.loss(
-        cifar10.inference(tf.cast(images, tf.float16)), labels)
+        cifar10.inference(tf.cast(images, tf.float16), opts), labels)
     global_step = tf1.train.get_or_create_global_step()
-    cifar10.train(total_loss, global_step)
+    cifar10.train(total_loss, global_step, 8, recipes.TUTORIAL, opts)
     graph = tf1.get_default_graph()
     assert all(v.dtype.base_dtype == tf.float32
                for v in tf1.trainable_variables())

@@ -14,7 +14,7 @@ tf1 = tf.compat.v1
 
 
 def test_layers_and_their_variables_and_gradients_on_their_parts_device(
-    fake_data_dir):
+    fake_data_dir, parsed_flags):
   devices = ['/device:CPU:0', '/device:CPU:1']
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
       tf.Graph().as_default() as graph:

@@ -62,7 +62,8 @@ def test_towers_on_slices_equal_one_tower_on_whole_batch():
     assert [v for _, v in whole] == [v for _, v in split]
     assert len(tf1.trainable_variables()) == 10
     with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       g_whole, g_split = sess.run([[g for g, _ in whole],
                                    [g for g, _ in split]])
   for a, b in zip(g_whole, g_split):
@@ -87,7 +88,8 @@ def test_one_step_is_sgd_with_averaged_gradient():
     per_tower = [tf.gradients(l, variables) for l in losses]
     global_step = tf1.train.get_global_step()
     with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       before, g = sess.run([variables, per_tower])
       sess.run(train_op)
       after, step = sess.run([variables, global_step])
@@ -105,7 +107,8 @@ def test_towers_on_distinct_virtual_cpus_variables_on_cpu0(cpu_only):
     options = tf1.RunOptions(output_partition_graphs=True)
     metadata = tf1.RunMetadata()
     with tf1.Session(config=config) as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       sess.run(train_op, options=options, run_metadata=metadata)
   placed = {}
   for partition in metadata.partition_graphs:
@@ -119,7 +122,9 @@ def test_towers_on_distinct_virtual_cpus_variables_on_cpu0(cpu_only):
     assert all(d.endswith('/device:cpu:%d' % i) for d in convs), convs
   variables = [(name, device) for name, (op, device) in placed.items()
                if op in ('VarHandleOp', 'VariableV2')]
-  assert len(variables) == 21  # 10 variables, 10 averages, global step.
+  # 10 variables, 10 averages, global step; the noise scale's 2 averages
+  # and their counts (machinery/noise_scale.py).
+  assert len(variables) == 25
   for name, device in variables:
     assert device.endswith('/device:cpu:0'), (name, device)
 
@@ -141,7 +146,8 @@ def test_more_gpus_than_visible_is_one_clear_error(monkeypatch):
 GRAPH_TOP_LEVEL = {
     'tower_0', 'tower_1', 'average_gradients', 'conv1', 'conv2', 'local3',
     'local4', 'softmax_linear', 'global_step', 'input', 'learning_rate',
-    'GradientDescent', 'moving_averages', 'summaries', 'session'}
+    'GradientDescent', 'moving_averages', 'gradient_noise_scale', 'summaries',
+    'session'}
 
 
 def _top_level_names(train_dir):
@@ -209,7 +215,9 @@ def test_two_towers_train_resume_checkpoint_and_evaluate(real_data_dir,
     if name.startswith('events.out.tfevents'):
       for event in tf1.train.summary_iterator(os.path.join(train_dir, name)):
         tags.update(v.tag for v in event.summary.value)
-  for tag in ['learning_rate', 'total_loss', 'cross_entropy',
+  # The towers' losses raw, as '(raw)' says (the single tower's plain tags
+  # are their moving averages).
+  for tag in ['learning_rate', 'total_loss (raw)', 'cross_entropy (raw)',
               'conv1/activations', 'local3/sparsity', 'local3/weights',
               'local3/weights/gradients', 'images/image/0']:
     assert tag in tags, sorted(tags)

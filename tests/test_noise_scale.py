@@ -1,6 +1,5 @@
 """The gradient noise scale: the towers' estimates against brute force."""
 
-from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -178,10 +177,9 @@ def test_towers_summarize_it_and_save_none_of_it(variable_update):
 
 @pytest.mark.parametrize('towers, measure', [(1, True), (2, False)])
 def test_one_tower_or_the_flag_off_builds_nothing(towers, measure):
-  with flagsaver.flagsaver(gradient_noise_scale=measure), \
-      tf.Graph().as_default() as graph:
+  with tf.Graph().as_default() as graph:
     build_towers(_batches(towers), ['/cpu:0'] * towers,
-                 cifar10_replicated.PARAMETER_SERVER)
+                 cifar10_replicated.PARAMETER_SERVER, measure_noise=measure)
     assert not _summaries(graph)
     assert not [op for op in graph.get_operations()
                 if op.name.startswith(noise_scale.TAG)]

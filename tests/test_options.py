@@ -7,7 +7,6 @@ multi-GPU trainer's --variable_update=replicated.
 import math
 import os
 
-from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,16 +15,23 @@ import cifar10
 from conftest import build_towers, error_lines, run_script
 from machinery import hardware
 from machinery import options
+from machinery import recipe as recipes
 
 tf1 = tf.compat.v1
+
+
+def _opts(**flags):
+  """The Options the flags of these names ask for, the rest defaults."""
+  fields = {'data_format': 'layout', 'loss_scale': 'loss_scale_value'}
+  return options.DEFAULT._replace(
+      **{fields.get(name, name): value for name, value in flags.items()})
 
 
 @pytest.fixture(scope='module')
 def real_batches(real_data_dir):
   """Four fixed batches of 8 real test images, cropped as eval crops them."""
-  with flagsaver.flagsaver(data_dir=real_data_dir, batch_size=32), \
-      tf.Graph().as_default():
-    images, labels = cifar10.inputs(eval_data=True)
+  with tf.Graph().as_default():
+    images, labels = cifar10.inputs(True, real_data_dir, batch_size=32)
     with tf1.Session() as sess:
       images, labels = sess.run([images, labels])
   return [(images[i:i + 8], labels[i:i + 8]) for i in range(0, 32, 8)]
@@ -46,17 +52,26 @@ def _assert_finite_and_falling(losses):
 
 def _single_tower_losses(images, labels, steps=50, **flags):
   """Losses of steps training steps of cifar10.train on one fixed batch,
-  from the same initial weights each time (a fixed graph seed)."""
-  with flagsaver.flagsaver(batch_size=len(labels), **flags), \
-      tf.Graph().as_default():
+  from the same initial weights each time (a fixed graph seed), and the
+  types of the ops its first step ran (the partition graphs)."""
+  opts = _opts(**flags)
+  with tf.Graph().as_default():
     tf1.set_random_seed(SEED)
     global_step = tf1.train.get_or_create_global_step()
-    images = tf.cast(images, options.compute_dtype())
-    total_loss = cifar10.loss(cifar10.inference(images), labels)
-    train_op = cifar10.train(total_loss, global_step)
+    images = tf.cast(images, opts.compute_dtype())
+    total_loss = cifar10.loss(cifar10.inference(images, opts), labels)
+    train_op = cifar10.train(total_loss, global_step, len(labels),
+                             recipes.TUTORIAL, opts)
     with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
-      return [sess.run([train_op, total_loss])[1] for _ in range(steps)]
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
+      metadata = tf1.RunMetadata()
+      losses = [sess.run([train_op, total_loss], options=tf1.RunOptions(
+          output_partition_graphs=True), run_metadata=metadata)[1]]
+      losses += [sess.run([train_op, total_loss])[1]
+                 for _ in range(steps - 1)]
+  ran = {node.op for graph in metadata.partition_graphs for node in graph.node}
+  return losses, ran
 
 
 # Channels-first runs on GPUs, and on CPUs where TensorFlow uses oneDNN.
@@ -76,7 +91,10 @@ NCHW_HERE = pytest.mark.skipif(
 ], ids=lambda f: ','.join('%s=%s' % kv for kv in sorted(f.items())))
 def test_option_trains_50_steps_with_finite_falling_loss(real_batches, flags):
   images, labels = real_batches[0]
-  _assert_finite_and_falling(_single_tower_losses(images, labels, **flags))
+  losses, ran = _single_tower_losses(images, labels, **flags)
+  _assert_finite_and_falling(losses)
+  # With --xla the step ran compiled clusters; without, none.
+  assert ('_XlaRun' in ran) == flags.get('xla', False), sorted(ran)
 
 
 def test_bf16_logits_are_close_to_float32_logits_of_the_same_weights(
@@ -85,9 +103,9 @@ def test_bf16_logits_are_close_to_float32_logits_of_the_same_weights(
   with tf.Graph().as_default():
     tf1.set_random_seed(SEED)
     float32 = cifar10.inference(tf.constant(images))
-    with flagsaver.flagsaver(use_bf16=True), \
-        tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
-      bfloat16 = cifar10.inference(tf.constant(images, tf.bfloat16))
+    with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+      bfloat16 = cifar10.inference(tf.constant(images, tf.bfloat16),
+                                   _opts(use_bf16=True))
     assert bfloat16.dtype == tf.bfloat16
     # The same 10 float32 variables serve both.
     assert len(tf1.trainable_variables()) == 10
@@ -98,7 +116,8 @@ def test_bf16_logits_are_close_to_float32_logits_of_the_same_weights(
     assert sorted(op.inputs[1].dtype.name for op in convs) == [
         'bfloat16', 'bfloat16', 'float32', 'float32']
     with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       a, b = sess.run([float32, tf.cast(bfloat16, tf.float32)])
   # bfloat16 keeps 8 bits of mantissa: logits agree to about 1%, and the
   # error is small next to how much the logits differ between images
@@ -112,14 +131,14 @@ def test_bf16_logits_are_close_to_float32_logits_of_the_same_weights(
 
 def test_bf16_trains_two_towers_with_finite_falling_loss(real_batches,
                                                          cpu_only):
-  with flagsaver.flagsaver(batch_size=8, use_bf16=True), \
-      tf.Graph().as_default():
-    train_op, loss, _, config = _multi_graph(real_batches[:2],
-                                             'parameter_server')
+  with tf.Graph().as_default():
+    train_op, loss, _, config = _multi_graph(
+        real_batches[:2], 'parameter_server', _opts(use_bf16=True))
     assert all(v.dtype.base_dtype in (tf.float32, tf.int64)
                for v in tf1.global_variables())
     with tf1.Session(config=config) as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       losses = [sess.run([train_op, loss])[1] for _ in range(50)]
   _assert_finite_and_falling(losses)
 
@@ -128,11 +147,10 @@ def test_bf16_trains_two_towers_with_finite_falling_loss(real_batches,
 def test_nchw_computes_the_same_logits_as_nhwc(real_batches):
   images, _ = real_batches[0]
   with tf.Graph().as_default():
-    with flagsaver.flagsaver(data_format='NHWC'):
-      nhwc = cifar10.inference(tf.constant(images))
-    with flagsaver.flagsaver(data_format='NCHW'), \
-        tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
-      nchw = cifar10.inference(tf.constant(images))
+    nhwc = cifar10.inference(tf.constant(images), _opts(data_format='NHWC'))
+    with tf1.variable_scope(tf1.get_variable_scope(), reuse=True):
+      nchw = cifar10.inference(tf.constant(images),
+                               _opts(data_format='NCHW'))
     # The same 10 variables serve both: checkpoints are interchangeable.
     assert len(tf1.trainable_variables()) == 10
     graph = tf1.get_default_graph()
@@ -140,36 +158,43 @@ def test_nchw_computes_the_same_logits_as_nhwc(real_batches):
                if op.type == 'Conv2D'}
     assert formats == {b'NHWC', b'NCHW'}
     with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       a, b = sess.run([nhwc, nchw])
   np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_auto_data_format_is_nhwc_without_gpu(cpu_only):
-  assert options.data_format() == 'NHWC'
+  assert options.DEFAULT.data_format() == 'NHWC'
 
 
 def test_auto_data_format_follows_the_device_the_model_is_built_for():
   with tf.Graph().as_default():
     with tf.device('/gpu:1'):
-      assert options.data_format() == 'NCHW'
+      assert options.DEFAULT.data_format() == 'NCHW'
       # Tensor cores compute float16 and bfloat16 channels last.
       for precision in ('use_fp16', 'use_bf16'):
-        with flagsaver.flagsaver(**{precision: True}):
-          assert options.data_format() == 'NHWC'
+        assert _opts(**{precision: True}).data_format() == 'NHWC'
     # A tower pinned to a CPU, whether or not a GPU is visible.
     with tf.device('/cpu:0'):
-      assert options.data_format() == 'NHWC'
+      assert options.DEFAULT.data_format() == 'NHWC'
     with tf.device('/job:worker/task:1/device:GPU:0'):
-      assert options.data_format() == 'NCHW'
+      assert options.DEFAULT.data_format() == 'NCHW'
+    # Portable: channels last, float32, uncompiled, on any device.
+    with tf.device('/gpu:0'):
+      assert options.PORTABLE.data_format() == 'NHWC'
+    assert options.PORTABLE.compute_dtype() == tf.float32
+    assert not options.PORTABLE.xla
 
 
 def test_xla_marks_model_and_gradients_for_compilation(real_batches):
   images, labels = real_batches[0]
-  with flagsaver.flagsaver(xla=True, batch_size=8), tf.Graph().as_default():
-    total_loss = cifar10.loss(cifar10.inference(tf.constant(images)),
+  with tf.Graph().as_default():
+    opts = _opts(xla=True)
+    total_loss = cifar10.loss(cifar10.inference(tf.constant(images), opts),
                               tf.constant(labels))
-    cifar10.train(total_loss, tf1.train.get_or_create_global_step())
+    cifar10.train(total_loss, tf1.train.get_or_create_global_step(), 8,
+                  recipes.TUTORIAL, opts)
     graph = tf1.get_default_graph()
 
     def compiled(op_type):
@@ -181,7 +206,7 @@ def test_xla_marks_model_and_gradients_for_compilation(real_batches):
     assert compiled('MatMul')
 
 
-def _multi_graph(batches, variable_update):
+def _multi_graph(batches, variable_update, opts=options.DEFAULT):
   """Two towers on /cpu:0 and /cpu:1 on batches.
 
   Returns:
@@ -189,9 +214,10 @@ def _multi_graph(batches, variable_update):
   """
   devices, config = hardware.tower_devices(2, virtual=True)
   assert devices == ['/cpu:0', '/cpu:1']  # See cpu_only.
-  dtype = options.compute_dtype()
-  tensors = [(tf.cast(i, dtype), tf.constant(l)) for i, l in batches]
-  train_op, loss, scaffold = build_towers(tensors, devices, variable_update)
+  tensors = [(tf.cast(i, opts.compute_dtype()), tf.constant(l))
+             for i, l in batches]
+  train_op, loss, scaffold = build_towers(tensors, devices, variable_update,
+                                          opts)
   return (train_op, loss,
           scaffold.local_init_op or tf1.local_variables_initializer(), config)
 
@@ -199,25 +225,28 @@ def _multi_graph(batches, variable_update):
 def test_replicated_equals_parameter_server_after_one_step(real_batches,
                                                           cpu_only):
   batches = real_batches[:2]
-  with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
+  with tf.Graph().as_default():
     train_op, _, _, config = _multi_graph(batches, 'parameter_server')
     with tf1.Session(config=config) as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       initial = {v.op.name: sess.run(v) for v in tf1.global_variables()}
       sess.run(train_op)
       expected = {v.op.name: sess.run(v) for v in tf1.global_variables()}
 
-  with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
+  with tf.Graph().as_default():
     train_op, _, local_init_op, config = _multi_graph(batches, 'replicated')
     variables = tf1.global_variables()
-    replicas = tf1.local_variables()
+    replicas = [v for v in tf1.local_variables()
+                if v.op.name.startswith('tower_')]
     # Same saved variables as the default; the copies are tower 1's.
     assert sorted(v.op.name for v in variables) == sorted(initial)
     assert sorted(v.op.name for v in replicas) == sorted(
         'tower_1/' + v.op.name for v in tf1.trainable_variables())
     assert all(v.device.lower().endswith('cpu:1') for v in replicas)
     with tf1.Session(config=config) as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       for v in variables:
         v.load(initial[v.op.name], sess)
       sess.run(local_init_op)
@@ -235,11 +264,12 @@ def test_replicated_equals_parameter_server_after_one_step(real_batches,
 
 def test_replicated_trains_50_steps_with_finite_falling_loss(real_batches,
                                                             cpu_only):
-  with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
+  with tf.Graph().as_default():
     train_op, loss, local_init_op, config = _multi_graph(real_batches[:2],
                                                          'replicated')
     with tf1.Session(config=config) as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       sess.run(local_init_op)
       losses = [sess.run([train_op, loss])[1] for _ in range(50)]
   _assert_finite_and_falling(losses)
@@ -267,18 +297,20 @@ def _loss_scale_run(loss_scale, factors):
     A list, per step, of (the variable after it, the 'loss_scale'
     summary's value after it).
   """
-  with flagsaver.flagsaver(use_fp16=True, loss_scale=loss_scale), \
-      tf.Graph().as_default():
+  with tf.Graph().as_default():
     var = tf1.get_variable('v', initializer=tf.constant([1.0, 2.0]))
     factor = tf1.placeholder(tf.float32, [])
-    train_op = cifar10.optimizer(0.5).minimize(tf.reduce_sum(var) * factor)
+    train_op = cifar10.optimizer(
+        0.5, recipes.TUTORIAL, _opts(use_fp16=True, loss_scale=loss_scale)
+    ).minimize(tf.reduce_sum(var) * factor)
     summary, = [s for s in tf1.get_collection(tf1.GraphKeys.SUMMARIES)
                 if s.op.get_attr('T') and s.op.inputs[0].op.type == 'Const'
                 and b'loss_scale' in s.op.inputs[0].op.get_attr(
                     'value').string_val]
     results = []
     with tf1.Session() as sess:
-      sess.run(tf1.global_variables_initializer())
+      sess.run([tf1.global_variables_initializer(),
+                tf1.local_variables_initializer()])
       for f in factors:
         sess.run(train_op, {factor: f})
         value, = tf1.Summary.FromString(sess.run(summary)).value

@@ -19,6 +19,7 @@ import cifar10
 import cifar10_eval
 import cifar10_input
 from conftest import error_lines, run_script, trained_run
+from machinery import options
 
 tf1 = tf.compat.v1
 
@@ -47,9 +48,8 @@ def test_records(real_data_dir):
 @pytest.fixture(scope='module')
 def evaluator_probabilities(real_data_dir, checkpoint_dir):
   """The evaluator's graph on the same records: softmax of its logits."""
-  with flagsaver.flagsaver(data_dir=real_data_dir, batch_size=NUM_IMAGES), \
-      tf.Graph().as_default():
-    images, _ = cifar10.inputs(eval_data=True)
+  with tf.Graph().as_default():
+    images, _ = cifar10.inputs(True, real_data_dir, NUM_IMAGES)
     logits = cifar10.inference(images)
     saver = tf1.train.Saver(cifar10_eval.weights_to_restore(False))
     with tf1.Session() as sess:
@@ -253,12 +253,11 @@ def test_export_is_nhwc_float32_whatever_the_flags(
   import cifar10_predict  # pylint: disable=g-import-not-at-top
   export_dir = str(tmp_path / 'portable')
   checkpoint = tf.train.latest_checkpoint(checkpoint_dir)
-  # As on a GPU machine: NCHW (set past its check, which refuses it on
-  # CPUs that cannot pool NCHW), and the flags of mixed precision and XLA.
-  with flagsaver.flagsaver(use_bf16=True, xla=True):
-    cifar10.FLAGS['data_format'].value = 'NCHW'
-    cifar10_predict.Classifier(checkpoint, portable=True).export(export_dir)
-    asked = cifar10_predict.Classifier(checkpoint).graph.as_graph_def()
+  # As on a GPU machine: NCHW, mixed precision and XLA asked for.
+  asked = options.Options(use_fp16=False, use_bf16=True,
+                          loss_scale_value='dynamic', layout='NCHW', xla=True)
+  cifar10_predict.Classifier(checkpoint, options.PORTABLE).export(export_dir)
+  asked = cifar10_predict.Classifier(checkpoint, asked).graph.as_graph_def()
   formats, types = _layouts_and_types(asked)
   assert 'NCHW' in formats and 'bfloat16' in types  # What was asked for.
 
@@ -294,22 +293,22 @@ def test_images_are_decoded_on_the_cpu(checkpoint_dir):
 
 
 def test_a_model_failure_is_one_line_with_tensorflows_reason(
-    checkpoint_dir, png_dir, tmp_path, monkeypatch):
+    checkpoint_dir, png_dir, tmp_path, monkeypatch, parsed_flags):
   """Only a failed decode says 'not an image': here every image decodes
   and the model fails (logits made infinite, which check_numerics
   refuses), as a kernel the machine lacks would."""
   import cifar10_predict  # pylint: disable=g-import-not-at-top
   from machinery import errors  # pylint: disable=g-import-not-at-top
   real_inference = cifar10.inference
-  monkeypatch.setattr(cifar10, 'inference', lambda images: (
-      tf.debugging.check_numerics(real_inference(images) * np.inf,
+  monkeypatch.setattr(cifar10, 'inference', lambda images, opts: (
+      tf.debugging.check_numerics(real_inference(images, opts) * np.inf,
                                   'the logits')))
   classifier = cifar10_predict.Classifier(
       tf.train.latest_checkpoint(checkpoint_dir))
   bad = tmp_path / 'bad.png'
   bad.write_bytes(b'not an image')
   paths = [os.path.join(png_dir, '00.png'), str(bad)]
-  monkeypatch.setattr(cifar10.FLAGS['use_bf16'], 'present', 1)
+  monkeypatch.setattr(tf.compat.v1.flags.FLAGS['use_bf16'], 'present', 1)
   with flagsaver.flagsaver(batch_size=2, use_bf16=True):
     with pytest.raises(errors.ModelError) as error:
       cifar10_predict.classify(classifier, paths)

@@ -22,6 +22,9 @@ from machinery import session
 
 tf1 = tf.compat.v1
 
+# Some tests here run the scripts' own code, which reads the flags.
+pytestmark = pytest.mark.usefixtures('parsed_flags')
+
 # Steps of the tests' in-process runs, and where the split runs stop first.
 STEPS, SPLIT = 6, 3
 BATCH = 8
@@ -223,7 +226,8 @@ def _trainer_graph(trainer, data_dir, **changes):
                                  'worker', 1, 'a test')
   recipe = recipes.TUTORIAL._replace(**changes)
   build = {
-      'single tower': lambda: cifar10_train.build_train_op(recipe),
+      'single tower': lambda: cifar10_train.build_train_op(
+          *cifar10.distorted_inputs(data_dir, 8), recipe=recipe),
       'multi-GPU, 2 towers': lambda: multi.build_graph(
           2, True, 'parameter_server', recipe),
       'ps sync, 2 workers x 2 towers': lambda: dist.build_worker_graph(
@@ -296,8 +300,7 @@ def _train_in_process(train_dir, recipe, last):
     loss = cifar10.loss(cifar10.inference(tf.constant(images)),
                         tf.constant(labels))
     train_op = cifar10.train(loss, global_step, BATCH, recipe)
-    with session.training_session(
-        hooks=[tf1.train.StopAtStepHook(last_step=last)]) as mon_sess:
+    with session.training_session(loss, BATCH, last=last) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(train_dir))

@@ -151,7 +151,7 @@ def test_eval_data_chooses_the_files(tmp_path, eval_data, expected):
 
 
 def test_periodic_eval_evaluates_each_checkpoint_once_and_skips_a_gone_one(
-    fake_data_dir, tmp_path, monkeypatch, capsys):
+    fake_data_dir, tmp_path, monkeypatch, capsys, parsed_flags):
   import cifar10_eval  # pylint: disable=g-import-not-at-top
   from machinery import checkpoints  # pylint: disable=g-import-not-at-top
   checkpoint_dir = str(tmp_path / 'constant')

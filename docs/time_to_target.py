@@ -180,12 +180,17 @@ def new_rows(args, found, written, times, start, resumed):
 
 
 def row(args, step, precision, wall):
-  """Returns the CSV row of the evaluation of step's checkpoint."""
+  """Returns the CSV row of the evaluation of step's checkpoint. Its rate
+  and warm-up are those the trainer ran with: the --recipe's flags where
+  it gives them."""
   examples = step * BATCH_SIZE * args.towers
-  rate = ('%g' % args.initial_learning_rate if args.initial_learning_rate
-          is not None else args.learning_rate_scaling)
+  given = dict(re.findall(r'--(\w+)=(\S+)', args.recipe))
+  initial = given.get('initial_learning_rate', args.initial_learning_rate)
+  rate = ('%g' % float(initial) if initial is not None else
+          given.get('learning_rate_scaling', args.learning_rate_scaling))
+  warmup = float(given.get('warmup_epochs', args.warmup_epochs))
   return dict(towers=args.towers, rate=rate,
-              warmup_epochs='%g' % args.warmup_epochs, seed=args.seed,
+              warmup_epochs='%g' % warmup, seed=args.seed,
               step=step, examples=examples,
               epochs='%.2f' % (examples / EXAMPLES_PER_EPOCH),
               precision=precision, wall_s=wall, recipe=args.recipe)

@@ -48,6 +48,25 @@ def test_commands_checkpoint_every_epoch_and_stop_at_max_epochs():
   assert not any(a.startswith('--num_gpus') for a in one)
 
 
+def test_a_recipe_goes_to_the_trainer_and_the_csv_and_sets_the_end():
+  recipe = ('--optimizer=lars --lars_trust_coefficient=0.3 '
+            '--initial_learning_rate=0.005 --learning_rate_scaling=linear '
+            '--warmup_epochs=2 --lr_schedule=cosine --train_epochs=50')
+  args = _args('--towers=8', '--recipe=' + recipe, '--extra=--use_bf16')
+  assert args.max_epochs == 50  # The budget ends the run.
+  trainer, _ = time_to_target.commands(args)
+  assert trainer[-8:] == recipe.split() + ['--use_bf16']
+  row = time_to_target.row(args, 1617, '0.8010', '')
+  # The rate and warm-up the trainer ran with, the recipe's flags whole.
+  assert (row['rate'], row['warmup_epochs'], row['recipe']) == (
+      '0.005', '2', recipe)
+  assert time_to_target.FIELDS[-1] == 'recipe'
+  # Without a recipe: the tutorial's columns, an empty recipe.
+  plain = time_to_target.row(_args('--towers=4'), 98, '0.3', '')
+  assert (plain['rate'], plain['warmup_epochs'], plain['recipe']) == (
+      'none', '0', '')
+
+
 def test_outcome_names_the_first_evaluation_at_the_target():
   args = _args('--towers=4')
   assert time_to_target.outcome(args, []) is None

@@ -189,7 +189,7 @@ def build_allreduce_graph(task, local_devices, recipe=recipes.TUTORIAL,
 
 
 def run_training(server, task, mode, local_devices, config,
-          recipe=recipes.TUTORIAL, opts=options.DEFAULT):
+                 recipe=recipes.TUTORIAL, opts=options.DEFAULT):
   """Trains as this worker until the global step reaches --max_steps (or
   the end of --train_epochs).
 

@@ -9,7 +9,7 @@ the model. The files get there with cifar10.maybe_download_and_extract()
 
 Usage in graph mode:
 
-  images, labels = distorted_inputs(data_dir, batch_size)
+  (images, labels), = distorted_batches(data_dir, batch_size, 1)
   with tf.compat.v1.Session() as sess:
     sess.run(tf.compat.v1.global_variables_initializer())
     print(sess.run(labels))
@@ -273,20 +273,6 @@ def distorted_batches(data_dir, batch_size, num_batches):
     # Display the training images in the visualizer.
     summaries.image_summary('images', batches[-1][0])
   return batches
-
-
-def distorted_inputs(data_dir, batch_size):
-  """Constructs distorted input for CIFAR training.
-
-  Args:
-    data_dir: path to the CIFAR-10 data directory.
-    batch_size: number of images per batch.
-
-  Returns:
-    images: float32 [batch_size, 24, 24, 3] tensor.
-    labels: int32 [batch_size] tensor.
-  """
-  return distorted_batches(data_dir, batch_size, 1)[0]
 
 
 def inputs(eval_data, data_dir, batch_size):

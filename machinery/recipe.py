@@ -35,7 +35,7 @@ tf1 = tf.compat.v1
 flags = tf1.flags
 FLAGS = flags.FLAGS
 
-# Training examples in an epoch (cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN).
+# Training examples in an epoch (as cifar10_input.py counts them).
 EXAMPLES_PER_EPOCH = 50000
 TUTORIAL_LEARNING_RATE = 0.1  # The tutorial's rate, --initial_learning_rate.
 DEFAULT_MOMENTUM = 0.9

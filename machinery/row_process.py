@@ -68,8 +68,8 @@ class RowProcess(object):
         env[name] = value
     self._child = subprocess.Popen(
         [sys.executable, script, '--flagfile=' + self._flagfile] +
-        list(extra_flags) + ['--row_process'], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        env=env, text=True, bufsize=1)
+        list(extra_flags) + ['--row_process'], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
 
   def _ask(self, line):
     """Sends a line; returns the child's answer, without the mark.

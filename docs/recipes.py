@@ -1,0 +1,210 @@
+"""Recipes to 80%: the runs of each, their steps, and what a step buys.
+
+Reads docs/time_to_target.py's evaluations of the recipes' runs (their
+curve.csv lines put together, with the `recipe` column: the trainer's
+flags) and prints, per number of towers and recipe, the steps, examples
+and epochs to --target (min..max over the seeds) and each run's best
+precision within its budget. It fits the empirical model of large-batch
+training (McCandlish et al. 2018), steps to the target
+
+  S(B) = S_min (1 + B_crit / B)
+
+for a batch of B examples (towers x 128), to the tutorial's SGD (from
+docs/time_to_80.csv: each number of towers at its fewest steps) and to the
+recipes (each number of towers at its best recipe), draws both against
+the batch into --out, and prints the minutes to the target that the
+step-cost model of docs/plot_scaling.py predicts for N GPUs with the
+recipes' steps.
+
+Usage (matplotlib comes with requirements-dev.txt):
+  python docs/recipes.py --collect ~/long/r*_s*/curve.csv \\
+      --curves=docs/recipes_to_80.csv          # put the runs together
+  python docs/recipes.py --curves=docs/recipes_to_80.csv \\
+      --sgd=docs/time_to_80.csv --cpu_sgd=docs/time_to_80_cpu.csv \\
+      --out=docs/recipes_to_80.png
+"""
+
+import argparse
+import collections
+import csv
+import math
+
+import matplotlib
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+import plot_scaling  # pylint: disable=g-import-not-at-top
+
+BATCH = 128
+TARGET = 0.80
+FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
+          'epochs', 'precision', 'wall_s', 'recipe']
+
+
+def collect(paths, out):
+  """Puts the curve.csv files of runs together into one CSV at out."""
+  rows = []
+  for path in paths:
+    with open(path) as f:
+      rows += list(csv.DictReader(f))
+  rows.sort(key=lambda r: (int(r['towers']), r['recipe'], int(r['seed']),
+                           int(r['step'])))
+  with open(out, 'w') as f:
+    writer = csv.DictWriter(f, FIELDS, extrasaction='ignore')
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def read_recipes(path):
+  """Returns {(towers, recipe): {seed: [(step, examples, epochs,
+  precision)], in step order}} from a CSV of collect()'s."""
+  runs = collections.defaultdict(lambda: collections.defaultdict(list))
+  with open(path) as f:
+    for row in csv.DictReader(f):
+      runs[int(row['towers']), row['recipe']][int(row['seed'])].append((
+          int(row['step']), int(row['examples']), float(row['epochs']),
+          float(row['precision'])))
+  for seeds in runs.values():
+    for points in seeds.values():
+      points.sort()
+  return runs
+
+
+def fit(points):
+  """Fits S(B) = S_min (1 + B_crit / B) to (batch, steps) points by least
+  squares in 1 / B; returns (S_min, B_crit)."""
+  xs = [1.0 / b for b, _ in points]
+  ys = [s for _, s in points]
+  n = len(points)
+  mean_x, mean_y = sum(xs) / n, sum(ys) / n
+  slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) /
+           sum((x - mean_x) ** 2 for x in xs))
+  s_min = mean_y - slope * mean_x
+  return s_min, slope / s_min
+
+
+def mean_steps(seeds, target=TARGET):
+  """Returns the mean steps to target over seeds, or None unless every
+  seed reached it."""
+  hits = [plot_scaling.crossing([p + (None,) for p in points], target)
+          for points in seeds.values()]
+  if not hits or not all(hits):
+    return None
+  return sum(hit[0] for hit in hits) / len(hits)
+
+
+def best_steps(runs, target=TARGET):
+  """Returns {towers: (mean steps to target, its configuration)}, the
+  fewest of each number of towers over the configurations of runs."""
+  best = {}
+  for (towers, config), seeds in runs.items():
+    steps = mean_steps(seeds, target)
+    if steps is not None and (towers not in best or steps < best[towers][0]):
+      best[towers] = (steps, config)
+  return best
+
+
+def print_recipes(runs, target=TARGET):
+  """Prints a row per (towers, recipe): its seeds' steps, examples and
+  epochs to target (min..max), and each run's best precision."""
+  print('| towers | recipe | seeds | steps to %.0f%% | examples (millions) '
+        '| epochs | best precision (at epoch) |' % (100 * target))
+  print('| ---: | --- | ---: | --- | --- | --- | --- |')
+  for (towers, recipe), seeds in sorted(runs.items()):
+    hits = [plot_scaling.crossing([p + (None,) for p in points], target)
+            for points in seeds.values()]
+    hits = [hit for hit in hits if hit]
+    def spread(i, scale=1, fmt='%d'):
+      if not hits:
+        return '-'
+      low, high = (fmt % (f(hit[i] for hit in hits) / scale)
+                   for f in (min, max))
+      return low if low == high else low + '..' + high
+    bests = '; '.join('seed %d %.1f%% (%.1f)' % (
+        (seed,) + max((100 * p[3], p[2]) for p in points))
+                      for seed, points in sorted(seeds.items()))
+    print('| %d | `%s` | %d | %s | %s | %s | %s |' % (
+        towers, recipe, len(seeds), spread(0), spread(1, 1e6, '%.2f'),
+        spread(2, 1, '%.1f'), bests))
+
+
+def sgd_steps(sgd_path, cpu_path, target=TARGET):
+  """Returns {towers: mean steps to target} of the tutorial's SGD: each
+  number of towers at its fewest (docs/time_to_80.csv, and
+  cifar10_train.py's one tower from docs/time_to_80_cpu.csv)."""
+  curves = plot_scaling.read_curves(sgd_path)
+  curves.update(plot_scaling.read_curves(cpu_path))
+  best = {}
+  for (towers, _, _), seeds in curves.items():
+    hits = [plot_scaling.crossing(p, target) for p in seeds.values()]
+    if hits and all(hits):
+      steps = sum(hit[0] for hit in hits) / len(hits)
+      best[towers] = min(best.get(towers, steps), steps)
+  return best
+
+
+def plot(sgd, recipe, out):
+  """Draws steps to the target against the batch, each set of points with
+  its fitted S(B); returns the fits {name: (S_min, B_crit)}."""
+  fits = {}
+  fig, axes = plt.subplots(figsize=(7.5, 4.8))
+  batches = [BATCH * n for n in (1, 2, 4, 8)]
+  line = [b * 2 ** (i / 20.0) for b in batches[:1] for i in range(61)]
+  for name, steps, color in (("the tutorial's SGD", sgd, 'tab:blue'),
+                             ('the recipes', recipe, 'tab:red')):
+    points = sorted((BATCH * towers, s) for towers, s in steps.items())
+    s_min, b_crit = fits[name] = fit(points)
+    axes.plot([b for b, _ in points], [s for _, s in points], 'o',
+              color=color)
+    axes.plot(line, [s_min * (1 + b_crit / b) for b in line], '-',
+              color=color, label='%s: S_min %.0f steps, B_crit %.0f '
+              'examples' % (name, s_min, b_crit))
+  missing = [BATCH * n for n in (1, 2, 4, 8) if n not in sgd]
+  for b in missing:
+    axes.annotate('SGD: not in\n100 epochs', (b, max(sgd.values())),
+                  ha='center', color='tab:blue', fontsize=8)
+  axes.set_xscale('log', base=2)
+  axes.set_xticks(batches)
+  axes.set_xticklabels(['%d\n(%d tower%s)' % (b, b // BATCH, 's' * (
+      b > BATCH)) for b in batches])
+  axes.set_xlabel('examples a step (towers x 128)')
+  axes.set_ylabel('steps to %.0f%% precision @ 1' % (100 * TARGET))
+  axes.set_ylim(0, None)
+  axes.grid(alpha=0.3)
+  axes.legend(fontsize=8)
+  axes.set_title('Steps to 80%: S(B) = S_min (1 + B_crit / B), fitted',
+                 fontsize=10)
+  fig.tight_layout()
+  fig.savefig(out, dpi=110)
+  return fits
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  p.add_argument('--collect', nargs='*', default=None)
+  p.add_argument('--curves', required=True)
+  p.add_argument('--sgd', default=None)
+  p.add_argument('--cpu_sgd', default=None)
+  p.add_argument('--out', default=None)
+  args = p.parse_args()
+  if args.collect is not None:
+    collect(args.collect, args.curves)
+    return
+  runs = read_recipes(args.curves)
+  print_recipes(runs)
+  best = best_steps(runs)
+  if args.sgd and args.out:
+    sgd = sgd_steps(args.sgd, args.cpu_sgd)
+    fits = plot(sgd, {t: s for t, (s, _) in best.items()}, args.out)
+    print()
+    for name, (s_min, b_crit) in fits.items():
+      print('%s: S_min %.0f steps, B_crit %.0f examples' % (
+          name, s_min, b_crit))
+  print()
+  plot_scaling.print_predicted_minutes({
+      towers: (steps * BATCH * towers, '`%s`' % config)
+      for towers, (steps, config) in best.items()})
+
+
+if __name__ == '__main__':
+  main()

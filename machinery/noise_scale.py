@@ -67,8 +67,9 @@ def squared_norm(grads_and_vars):
   for grad, _ in grads_and_vars:
     if grad is not None:
       with tf.device(grad.device):
-        parts.append(tf.reduce_sum(tf.square(tf.cast(grad, tf.float32))))
-  return tf.add_n(parts)
+        # Half the sum of squares, in one op.
+        parts.append(tf.nn.l2_loss(tf.cast(grad, tf.float32)))
+  return 2 * tf.add_n(parts)
 
 
 def estimate(tower_grads, mean_grads, tower_batch, towers_in_mean=None):

@@ -7,6 +7,11 @@ stopped passing anything on. docs/scaling.md reads eight towers' failure
 at the linear rule's rate from this table:
 
     python docs/sparsity.py --train_dir=R/train --every=200
+
+A run with --optimizer=lars also summarizes each layer's trust ratio
+(machinery/lars.py: the factor LARS multiplies the global rate by for
+that layer's weights, 'trust_ratio/conv2/weights'); the table then gains
+a column of each layer's ratio.
 """
 
 from __future__ import absolute_import
@@ -21,6 +26,8 @@ import sys
 import event_files
 
 LAYERS = ('conv1', 'conv2', 'local3', 'local4')
+# LARS scales these layers' weights, and summarizes their trust ratios.
+SCALED = LAYERS + ('softmax_linear',)
 
 
 def parse_args(argv):
@@ -36,19 +43,31 @@ def parse_args(argv):
 
 
 def read_summaries(train_dir):
-  """Returns {step: {tag: value}} of the learning rate and the layers'
-  sparsity in train_dir's event files."""
+  """Returns {step: {tag: value}} of the learning rate, the layers'
+  sparsity and LARS's trust ratios in train_dir's event files."""
   if not glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
     sys.exit('Error: no event files in --train_dir=%s: give the directory '
              'a trainer wrote.' % train_dir)
-  return event_files.scalars(train_dir, {'learning_rate'} | {
-      layer + '/sparsity' for layer in LAYERS})
+  return event_files.scalars(
+      train_dir, {'learning_rate'} | {layer + '/sparsity' for layer in LAYERS}
+      | {_ratio_tag(layer) for layer in SCALED})
+
+
+def _ratio_tag(layer):
+  """Returns the tag of the trust ratio of layer's weights."""
+  return 'trust_ratio/%s/weights' % layer
 
 
 def table(found, every, last_step=None):
-  """Returns the Markdown table's lines: a row per `every` steps."""
-  lines = ['| step | learning rate | %s |' % ' | '.join(LAYERS),
-           '| ---: | ---: |' + ' ---: |' * len(LAYERS)]
+  """Returns the Markdown table's lines: a row per `every` steps, and the
+  trust ratios' columns where the run has them."""
+  ratios = [layer for layer in SCALED
+            if any(_ratio_tag(layer) in values for values in found.values())]
+  tags = ([layer + '/sparsity' for layer in LAYERS] +
+          [_ratio_tag(layer) for layer in ratios])
+  lines = ['| step | learning rate | %s |' % ' | '.join(
+      list(LAYERS) + ['%s ratio' % layer for layer in ratios]),
+           '| ---: | ---: |' + ' ---: |' * len(tags)]
   next_row = 0
   for step in sorted(found):
     if step < next_row or (last_step is not None and step > last_step):
@@ -57,7 +76,7 @@ def table(found, every, last_step=None):
     values = found[step]
     lines.append('| %d | %s | %s |' % (
         step, _value(values, 'learning_rate'),
-        ' | '.join(_value(values, layer + '/sparsity') for layer in LAYERS)))
+        ' | '.join(_value(values, tag) for tag in tags)))
   return lines
 
 

@@ -52,3 +52,21 @@ def test_a_directory_without_events_is_one_error_line(tmp_path):
   assert result.stderr.strip().splitlines()[-1] == (
       'Error: no event files in --train_dir=%s: give the directory a '
       'trainer wrote.' % tmp_path)
+
+
+def test_a_lars_run_gains_its_trust_ratios(tmp_path):
+  write_events(tmp_path, {
+      1: {'learning_rate': 0.005, 'conv2/sparsity': 0.41,
+          'trust_ratio/conv2/weights': 10.25,
+          'trust_ratio/softmax_linear/weights': 0.014},
+      201: {'learning_rate': 0.04, 'conv2/sparsity': 0.75,
+            'trust_ratio/conv2/weights': 61.5}})
+  result = run_sparsity('--train_dir=%s' % tmp_path, '--every=200')
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.splitlines()
+  # Only the layers whose ratios the run summarized get a column.
+  assert lines[0] == ('| step | learning rate | conv1 | conv2 | local3 | '
+                      'local4 | conv2 ratio | softmax_linear ratio |')
+  assert lines[1].count('---:') == 8
+  assert lines[2:] == ['| 1 | 0.005 | - | 0.410 | - | - | 10.250 | 0.014 |',
+                       '| 201 | 0.040 | - | 0.750 | - | - | 61.500 | - |']

@@ -28,12 +28,14 @@ import argparse
 import collections
 import csv
 import math
+import re
 
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
 import plot_scaling  # pylint: disable=g-import-not-at-top
+import time_to_target  # pylint: disable=g-import-not-at-top
 
 BATCH = 128
 TARGET = 0.80
@@ -47,12 +49,34 @@ def collect(paths, out):
   for path in paths:
     with open(path) as f:
       rows += list(csv.DictReader(f))
+  for row in rows:  # The runs before the CSV took them from the recipe.
+    row['rate'], row['warmup_epochs'] = time_to_target.rate_and_warmup(
+        row['recipe'], None, row['rate'], row['warmup_epochs'])
   rows.sort(key=lambda r: (int(r['towers']), r['recipe'], int(r['seed']),
                            int(r['step'])))
   with open(out, 'w') as f:
     writer = csv.DictWriter(f, FIELDS, extrasaction='ignore')
     writer.writeheader()
     writer.writerows(rows)
+
+
+def label(recipe, towers):
+  """Returns a recipe's short name: its optimizer, schedule, budget and
+  peak rate (after the scaling for towers), as 'LARS 0.3, cosine 50 ep,
+  peak 0.04'."""
+  given = dict(re.findall(r'--(\w+)=(\S+)', recipe))
+  if not given:
+    return "the tutorial's SGD"
+  optimizer = given.get('optimizer', 'sgd')
+  name = {'lars': 'LARS %s' % given.get('lars_trust_coefficient', '0.001'),
+          'momentum': 'momentum', 'sgd': 'SGD'}[optimizer]
+  if '--nesterov' in recipe.split():
+    name += ' (Nesterov)'
+  peak = float(given.get('initial_learning_rate', 0.1))
+  if given.get('learning_rate_scaling') == 'linear':
+    peak *= towers
+  return '%s, %s %s ep, peak %g' % (name, given.get('lr_schedule', 'tutorial'),
+                                   given.get('train_epochs', '-'), peak)
 
 
 def read_recipes(path):
@@ -123,8 +147,8 @@ def print_recipes(runs, target=TARGET):
     bests = '; '.join('seed %d %.1f%% (%.1f)' % (
         (seed,) + max((100 * p[3], p[2]) for p in points))
                       for seed, points in sorted(seeds.items()))
-    print('| %d | `%s` | %d | %s | %s | %s | %s |' % (
-        towers, recipe, len(seeds), spread(0), spread(1, 1e6, '%.2f'),
+    print('| %d | %s | %d | %s | %s | %s | %s |' % (
+        towers, label(recipe, towers), len(seeds), spread(0), spread(1, 1e6, '%.2f'),
         spread(2, 1, '%.1f'), bests))
 
 
@@ -179,6 +203,31 @@ def plot(sgd, recipe, out):
   return fits
 
 
+def print_minutes(recipes, sgd):
+  """Prints the predicted minutes to the target of N GPUs, a row for the
+  tutorial's SGD ({towers: steps}) and one for the recipe ({towers:
+  (steps, recipe)}) of each N: PCIe (ps) and NVLink (replicated) for each
+  tower speed of docs/plot_scaling.py's step-cost model."""
+  links = ((plot_scaling.PCIE_GB_S, 'PCIe', False),
+           (plot_scaling.NVLINK_GB_S, 'NVLink', True))
+  print('| GPUs | optimizer | steps to %.0f%% | %s |' % (
+      100 * TARGET, ' | '.join('%.0f ms, %s' % (ms, name)
+                               for ms in plot_scaling.TOWER_MS
+                               for _, name, _ in links)))
+  print('| ---: | --- | ---: |' + ' ---: |' * (2 * len(plot_scaling.TOWER_MS)))
+  for towers in sorted(set(recipes) | set(sgd)):
+    for steps, name in ((sgd.get(towers), "the tutorial's SGD"),
+                        recipes.get(towers, (None, ''))):
+      if steps is None:
+        continue
+      if name != "the tutorial's SGD":
+        name = label(name, towers)
+      print('| %d | %s | %d | %s |' % (towers, name, steps, ' | '.join(
+          '%.1f' % plot_scaling.predicted_minutes(
+              steps * BATCH * towers, towers, ms, gb_s, replicated)
+          for ms in plot_scaling.TOWER_MS for gb_s, _, replicated in links)))
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   p.add_argument('--collect', nargs='*', default=None)
@@ -193,18 +242,15 @@ def main():
   runs = read_recipes(args.curves)
   print_recipes(runs)
   best = best_steps(runs)
-  if args.sgd and args.out:
-    sgd = sgd_steps(args.sgd, args.cpu_sgd)
+  sgd = sgd_steps(args.sgd, args.cpu_sgd) if args.sgd else {}
+  if sgd and args.out:
     fits = plot(sgd, {t: s for t, (s, _) in best.items()}, args.out)
     print()
     for name, (s_min, b_crit) in fits.items():
       print('%s: S_min %.0f steps, B_crit %.0f examples' % (
           name, s_min, b_crit))
   print()
-  plot_scaling.print_predicted_minutes({
-      towers: (steps * BATCH * towers, '`%s`' % config)
-      for towers, (steps, config) in best.items()})
-
+  print_minutes(best, sgd)
 
 if __name__ == '__main__':
   main()

@@ -184,16 +184,25 @@ def row(args, step, precision, wall):
   and warm-up are those the trainer ran with: the --recipe's flags where
   it gives them."""
   examples = step * BATCH_SIZE * args.towers
-  given = dict(re.findall(r'--(\w+)=(\S+)', args.recipe))
-  initial = given.get('initial_learning_rate', args.initial_learning_rate)
-  rate = ('%g' % float(initial) if initial is not None else
-          given.get('learning_rate_scaling', args.learning_rate_scaling))
-  warmup = float(given.get('warmup_epochs', args.warmup_epochs))
-  return dict(towers=args.towers, rate=rate,
-              warmup_epochs='%g' % warmup, seed=args.seed,
+  rate, warmup = rate_and_warmup(args.recipe, args.initial_learning_rate,
+                                 args.learning_rate_scaling,
+                                 args.warmup_epochs)
+  return dict(towers=args.towers, rate=rate, warmup_epochs=warmup,
+              seed=args.seed,
               step=step, examples=examples,
               epochs='%.2f' % (examples / EXAMPLES_PER_EPOCH),
               precision=precision, wall_s=wall, recipe=args.recipe)
+
+
+def rate_and_warmup(recipe, initial, scaling, warmup):
+  """Returns the CSV's rate and warmup_epochs cells of a run: the recipe's
+  flags where it gives them, else initial (None: not given), scaling and
+  warmup."""
+  given = dict(re.findall(r'--(\w+)=(\S+)', recipe))
+  initial = given.get('initial_learning_rate', initial)
+  rate = ('%g' % float(initial) if initial is not None else
+          given.get('learning_rate_scaling', scaling))
+  return rate, '%g' % float(given.get('warmup_epochs', warmup))
 
 
 def diverged_rows(args, log_path):

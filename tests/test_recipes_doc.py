@@ -1,0 +1,91 @@
+"""docs/recipes.py: the runs put together, the S(B) fit, the recipes'
+names and the predicted minutes."""
+
+import csv
+import os
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, 'docs'))
+import plot_scaling  # pylint: disable=g-import-not-at-top,wrong-import-position
+import recipes  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+LARS = ('--optimizer=lars --lars_trust_coefficient=0.3 --nesterov '
+        '--lr_schedule=cosine --initial_learning_rate=0.005 '
+        '--learning_rate_scaling=linear --warmup_epochs=2 --train_epochs=50')
+
+
+def test_fit_recovers_s_min_and_b_crit():
+  # S(B) = 700 (1 + 1300 / B) at four batches, exactly.
+  points = [(b, 700.0 * (1 + 1300.0 / b)) for b in (128, 256, 512, 1024)]
+  s_min, b_crit = recipes.fit(points)
+  assert s_min == pytest.approx(700.0)
+  assert b_crit == pytest.approx(1300.0)
+
+
+def test_label_names_optimizer_schedule_budget_and_the_scaled_peak():
+  assert recipes.label(LARS, 8) == (
+      'LARS 0.3 (Nesterov), cosine 50 ep, peak 0.04')
+  assert recipes.label('--optimizer=momentum --lr_schedule=linear '
+                       '--initial_learning_rate=0.04 --train_epochs=18',
+                       1) == 'momentum, linear 18 ep, peak 0.04'
+  assert recipes.label('', 4) == "the tutorial's SGD"
+
+
+def _write(path, rows):
+  with open(path, 'w') as f:
+    writer = csv.DictWriter(f, recipes.FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def _row(step, precision, seed=1, rate='none', warmup='0'):
+  return dict(towers=8, rate=rate, warmup_epochs=warmup, seed=seed,
+              step=step, examples=step * 1024, epochs='%.2f' % (
+                  step * 1024 / 50000.0), precision=precision, wall_s='',
+              recipe=LARS)
+
+
+def test_collect_takes_rate_and_warmup_from_the_recipe(tmp_path):
+  # An older run's rows said 'none' and 0 whatever its recipe gave.
+  _write(tmp_path / 'a.csv', [_row(49, 0.41), _row(1617, 0.8006)])
+  _write(tmp_path / 'b.csv', [_row(49, 0.40, seed=2, rate='0.005',
+                                   warmup='2')])
+  out = tmp_path / 'all.csv'
+  recipes.collect([str(tmp_path / 'a.csv'), str(tmp_path / 'b.csv')],
+                  str(out))
+  with open(out) as f:
+    rows = list(csv.DictReader(f))
+  assert [(r['seed'], r['step'], r['rate'], r['warmup_epochs'])
+          for r in rows] == [('1', '49', '0.005', '2'),
+                             ('1', '1617', '0.005', '2'),
+                             ('2', '49', '0.005', '2')]
+
+
+def test_best_steps_needs_every_seed_at_the_target(tmp_path):
+  _write(tmp_path / 'all.csv', [
+      _row(1568, 0.797), _row(1617, 0.8006),
+      _row(1617, 0.795, seed=2), _row(1715, 0.801, seed=2)])
+  runs = recipes.read_recipes(str(tmp_path / 'all.csv'))
+  # Each seed's crossing, interpolated, then their mean.
+  steps, config = recipes.best_steps(runs)[8]
+  assert config == LARS
+  assert 1568 < steps < 1715
+  _write(tmp_path / 'short.csv', [_row(1617, 0.8006),
+                                  _row(1715, 0.799, seed=2)])
+  assert recipes.best_steps(recipes.read_recipes(
+      str(tmp_path / 'short.csv'))) == {}
+
+
+def test_minutes_are_the_step_cost_models(capsys):
+  recipes.print_minutes({8: (1617, LARS)}, {1: 14076})
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0].startswith('| GPUs | optimizer | steps to 80% | 3 ms, PCIe')
+  one, eight = lines[2].split(' | '), lines[3].split(' | ')
+  assert one[1:3] == ["the tutorial's SGD", '14076']
+  assert eight[1] == 'LARS 0.3 (Nesterov), cosine 50 ep, peak 0.04'
+  assert float(eight[3]) == pytest.approx(plot_scaling.predicted_minutes(
+      1617 * 128 * 8, 8, 3.0, plot_scaling.PCIE_GB_S, False), abs=0.05)

@@ -237,8 +237,28 @@ def run(args):
   start = time.time()
   log = open(os.path.join(args.out_dir, 'log'), 'a')
   print(' '.join(trainer_cmd), file=log, flush=True)
+  # Killed (SIGTERM) as when stopped by Ctrl-C: the children stop too,
+  # rather than train on holding the directory's lock.
+  signal.signal(signal.SIGTERM, signal.default_int_handler)
   trainer = subprocess.Popen(trainer_cmd, stdout=log, stderr=log)
   evaluator = subprocess.Popen(evaluator_cmd, stdout=log, stderr=log)
+  try:
+    done = follow(args, trainer, curve, csv_path, start, resumed)
+  finally:
+    stop(trainer)
+    stop(evaluator)
+    log.close()
+  if not done:
+    rows = diverged_rows(args, log.name)
+    append_rows(csv_path, rows)
+    done = outcome(args, curve + rows)
+  return done or 'trainer ended (exit %s) before the run did: %s' % (
+      trainer.returncode, last_error(log.name) or 'no Error line')
+
+
+def follow(args, trainer, curve, csv_path, start, resumed):
+  """Writes each new evaluation to the CSV until the run ends or the
+  trainer has been gone two minutes; returns outcome()'s line or None."""
   times = {}
   trainer_done_at = None
   while True:
@@ -253,16 +273,7 @@ def run(args):
     if trainer.poll() is not None and trainer_done_at is None:
       trainer_done_at = time.time()
     if done or (trainer_done_at and time.time() - trainer_done_at > 120):
-      break
-  stop(trainer)
-  stop(evaluator)
-  log.close()
-  if not done:
-    rows = diverged_rows(args, log.name)
-    append_rows(csv_path, rows)
-    done = outcome(args, curve + rows)
-  return done or 'trainer ended (exit %s) before the run did: %s' % (
-      trainer.returncode, last_error(log.name) or 'no Error line')
+      return done
 
 
 def last_error(log_path):
@@ -273,5 +284,13 @@ def last_error(log_path):
   return errors[-1] if errors else ''
 
 
+def main(argv):
+  try:
+    print(run(parse_args(argv)))
+  except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the children stopped.
+    sys.exit('Stopped before the run ended: run the same command again to '
+             'resume it.')
+
+
 if __name__ == '__main__':
-  print(run(parse_args(sys.argv[1:])))
+  main(sys.argv[1:])

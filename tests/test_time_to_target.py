@@ -2,10 +2,13 @@
 and a whole (tiny) run with a resume."""
 
 import csv
+import glob
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -137,3 +140,28 @@ def test_parse_args_refuses_towers_for_the_one_tower_trainer(capsys):
     _args('--trainer=cifar10_train.py', '--towers=2')
   assert exit_info.value.code == 2
   assert 'cifar10_train.py trains one tower' in capsys.readouterr().err
+
+
+def test_killed_it_stops_its_trainer_and_evaluator(fake_data_dir, tmp_path):
+  out = tmp_path / 'killed'
+  process = subprocess.Popen(
+      [sys.executable, os.path.join(REPO, 'docs', 'time_to_target.py'),
+       '--trainer=cifar10_train.py', '--data_dir=' + fake_data_dir,
+       '--out_dir=%s' % out, '--max_epochs=50', '--seed=3'],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  # Wait for the trainer's first checkpoint: both children are running.
+  deadline = time.time() + 240
+  while not glob.glob(str(out / 'train' / 'model.ckpt-*.index')):
+    assert process.poll() is None and time.time() < deadline, (
+        (out / 'log').read_text()[-3000:] if (out / 'log').exists() else '')
+    time.sleep(1)
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=240)
+  assert process.returncode == 1
+  assert stderr.strip().splitlines()[-1] == (
+      'Stopped before the run ended: run the same command again to resume '
+      'it.')
+  # No process still names the run's directories: none trains on.
+  left = subprocess.run(['pgrep', '-f', str(out)], capture_output=True,
+                        text=True)
+  assert left.stdout.strip() == '', left.stdout

@@ -38,7 +38,7 @@ twice, each in a child process of its own (TensorFlow reads the setting
 once, as it starts): with TensorFlow's default oneDNN setting on this CPU
 (/tf_default) and with oneDNN on (/onednn_on), as our rows run;
 --keras_onednn chooses. A row that needs other flags than the command
-line's (bfloat16, half the batch, no noise scale) runs in a child process
+line's (bfloat16, half the batch) runs in a child process
 started with them (machinery/row_process.py). The CPU's class (AVX2,
 AVX-512, AVX512_BF16, AMX) heads the table. With --profile_steps, the train
 row's op time per step follows, by layer and op (machinery/profiler.py).
@@ -110,8 +110,7 @@ ROWS = collections.OrderedDict([
     ('multi2', Row('cifar10_multi_gpu_train.py graph, 2 towers', TOWERS,
                    'towers', 2, F32, False, ())),
     ('multi2_quiet', Row('2 towers, --nogradient_noise_scale', TOWERS,
-                         'towers', 2, F32, False,
-                         ('--nogradient_noise_scale',))),
+                         'towers_quiet', 2, F32, False, ())),
     ('split', Row('cifar10_multi_gpu_train.py graph, 2 towers of half the '
                   'batch', OURS, 'towers', 2, F32, True, ())),
     ('split_bf16', Row('cifar10_multi_gpu_train.py graph, 2 towers of half '
@@ -179,14 +178,15 @@ def _held_batch():
           tf1.get_local_variable('held_labels', initializer=labels))
 
 
-def _towers_step(row):
+def _towers_step(row, noise_scale=True):
   """cifar10_multi_gpu_train.py's step on the row's towers: with fewer GPUs
   than towers on virtual GPUs; without a GPU, as the trainer runs by
-  default, every tower on /cpu:0."""
+  default, every tower on /cpu:0. noise_scale=False builds it as
+  --nogradient_noise_scale does, in this process."""
   train_op, _, scaffold, config = multi.build_graph(
       row.towers, bool(tf.config.list_physical_devices('GPU')),
       FLAGS.variable_update, recipes.TUTORIAL, options.from_flags(),
-      FLAGS.gradient_noise_scale)
+      FLAGS.gradient_noise_scale and noise_scale)
   return (train_op, FLAGS.batch_size * row.towers, config,
           scaffold.local_init_op)
 
@@ -202,6 +202,7 @@ GRAPH_STEPS = {
     'train': lambda row: _train_step(*_pipeline_batch()),
     'held': lambda row: _train_step(*_held_batch()),
     'towers': _towers_step,
+    'towers_quiet': lambda row: _towers_step(row, noise_scale=False),
     'input': lambda row: (_pipeline_batch(), FLAGS.batch_size, None, None),
     'eval': lambda row: _eval_step(),
 }

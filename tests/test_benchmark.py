@@ -178,3 +178,22 @@ def test_train_held_trains_on_one_batch_without_the_pipeline(
       sess.run(held_op)
     assert (sess.run(images) == before).all()
     assert not (sess.run(weights) == start).all()
+
+
+def test_multi2_quiet_is_multi2_without_the_noise_scale(
+    fake_data_dir, parsed_flags):
+  # Both in this process, so that multi2 / multi2_quiet is the noise
+  # scale's cost alone, not a child process's.
+  assert not benchmark._row_flags('multi2_quiet')
+  steps = {}
+  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8):
+    for row in ('multi2', 'multi2_quiet'):
+      sess, fetch, examples = benchmark._graph_session(
+          lambda row=row: benchmark.GRAPH_STEPS[benchmark.ROWS[row].build](
+              benchmark.ROWS[row]))
+      steps[row] = {op.name for op in sess.graph.get_operations()}
+      sess.close()
+      assert examples == 16
+  assert any('gradient_noise_scale' in name for name in steps['multi2'])
+  assert not any('gradient_noise_scale' in name
+                 for name in steps['multi2_quiet'])

@@ -214,9 +214,12 @@ def diverged_rows(args, log_path):
 
 
 def stop(process):
-  """Stops a child as Ctrl-C would (the trainer saves), and waits for it."""
+  """Stops a child with SIGTERM, which the trainer takes as it takes Ctrl-C
+  (it saves a checkpoint), and waits for it. Not SIGINT: a script's
+  background job (`nohup python docs/time_to_target.py ... &`) and its
+  children ignore SIGINT."""
   if process.poll() is None:
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGTERM)
     try:
       process.wait(timeout=120)
     except subprocess.TimeoutExpired:

@@ -142,13 +142,20 @@ def test_parse_args_refuses_towers_for_the_one_tower_trainer(capsys):
   assert 'cifar10_train.py trains one tower' in capsys.readouterr().err
 
 
+def _ignore_sigint():
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_killed_it_stops_its_trainer_and_evaluator(fake_data_dir, tmp_path):
   out = tmp_path / 'killed'
+  # Started as a script's background job is: SIGINT ignored, in it and in
+  # the children it starts.
   process = subprocess.Popen(
       [sys.executable, os.path.join(REPO, 'docs', 'time_to_target.py'),
        '--trainer=cifar10_train.py', '--data_dir=' + fake_data_dir,
        '--out_dir=%s' % out, '--max_epochs=50', '--seed=3'],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      preexec_fn=_ignore_sigint)
   # Wait for the trainer's first checkpoint: both children are running.
   deadline = time.time() + 240
   while not glob.glob(str(out / 'train' / 'model.ckpt-*.index')):
@@ -156,7 +163,9 @@ def test_killed_it_stops_its_trainer_and_evaluator(fake_data_dir, tmp_path):
         (out / 'log').read_text()[-3000:] if (out / 'log').exists() else '')
     time.sleep(1)
   process.send_signal(signal.SIGTERM)
-  _, stderr = process.communicate(timeout=240)
+  # Within a minute: a child that ignored its stop signal would hold it for
+  # the two minutes stop() waits before it kills.
+  _, stderr = process.communicate(timeout=60)
   assert process.returncode == 1
   assert stderr.strip().splitlines()[-1] == (
       'Stopped before the run ended: run the same command again to resume '

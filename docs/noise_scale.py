@@ -6,7 +6,7 @@ machinery/noise_scale.py) from the event files of multi-GPU runs, one
 against epochs, each run's batch (towers x 128) a horizontal line of its
 color beside it, and the critical batch fitted to the measured steps to
 80% (--b_crit, docs/recipes.py) a dashed one. Prints B_simple at
---epochs, each the median of the summaries within half an epoch.
+--epochs, each the median of the summaries within an epoch (eight towers summarize every 2 epochs).
 
 Usage (matplotlib comes with requirements-dev.txt):
   python docs/noise_scale.py --run=2=R2/train --run=4=R4/train \\
@@ -39,9 +39,9 @@ def read_run(train_dir, towers):
 
 
 def at_epoch(points, epoch):
-  """Returns the median of a run's values within half an epoch of epoch
+  """Returns the median of a run's values within an epoch of epoch
   (B_simple, tr(Sigma), |G|^2), or None where it has none."""
-  near = [p for p in points if abs(p[0] - epoch) <= 0.5]
+  near = [p for p in points if abs(p[0] - epoch) <= 1.0]
   if not near:
     return None
   return tuple(float(np.median([p[i] for p in near])) for i in (1, 2, 3))

@@ -183,10 +183,13 @@ def plot(sgd, recipe, out):
     axes.plot(line, [s_min * (1 + b_crit / b) for b in line], '-',
               color=color, label='%s: S_min %.0f steps, B_crit %.0f '
               'examples' % (name, s_min, b_crit))
-  missing = [BATCH * n for n in (1, 2, 4, 8) if n not in sgd]
-  for b in missing:
-    axes.annotate('SGD: not in\n100 epochs', (b, max(sgd.values())),
-                  ha='center', color='tab:blue', fontsize=8)
+  for steps, text, color, height in (
+      (sgd, 'SGD: not in\n100 epochs', 'tab:blue', 0.97),
+      (recipe, 'recipes tried:\nnone reached 80%', 'tab:red', 0.80)):
+    for b in [BATCH * n for n in (1, 2, 4, 8) if n not in steps]:
+      axes.annotate(text, (b, height), xycoords=('data', 'axes fraction'),
+                    ha='right' if b == BATCH * 8 else 'center', va='top',
+                    color=color, fontsize=8)
   axes.set_xscale('log', base=2)
   axes.set_xticks(batches)
   axes.set_xticklabels(['%d\n(%d tower%s)' % (b, b // BATCH, 's' * (

@@ -26,6 +26,7 @@ TAG = 'gradient_noise_scale'
 BATCH = 128
 EXAMPLES_PER_EPOCH = 50000
 COLORS = {2: 'tab:blue', 4: 'tab:orange', 8: 'tab:green'}
+FIRST_EPOCH = 1.0  # The picture starts here (the averages fill before).
 
 
 def read_run(train_dir, towers):
@@ -65,13 +66,15 @@ def plot(runs, b_crit, out):
   fig, axes = plt.subplots(figsize=(7.5, 4.6))
   for towers, points in sorted(runs.items()):
     color = COLORS.get(towers)
-    epochs = [p[0] for p in points]
-    axes.plot(epochs, [p[1] for p in points], color=color, lw=1,
-              label='B_simple, %d towers' % towers)
+    # The first epoch's values are the moving averages' start, not yet
+    # averages: left out.
+    points = [p for p in points if p[0] >= FIRST_EPOCH]
+    axes.plot([p[0] for p in points], [p[1] for p in points], color=color,
+              lw=1, label='B_simple, %d towers' % towers)
     axes.axhline(BATCH * towers, color=color, lw=1, ls=':',
                  label='batch of %d towers: %d' % (towers, BATCH * towers))
-  for value, label in b_crit:
-    axes.axhline(value, color='black', lw=1, ls='--', label=label)
+  for (value, label), style in zip(b_crit, ('--', '-.', ':')):
+    axes.axhline(value, color='black', lw=1, ls=style, label=label)
   axes.set_yscale('log')
   axes.set_xlabel('epochs')
   axes.set_ylabel('examples')

@@ -119,9 +119,12 @@ def mean_steps(seeds, target=TARGET):
 
 def best_steps(runs, target=TARGET):
   """Returns {towers: (mean steps to target, its configuration)}, the
-  fewest of each number of towers over the configurations of runs."""
+  fewest of each number of towers over the recipes of runs (not the
+  tutorial's SGD, whose recipe is empty)."""
   best = {}
   for (towers, config), seeds in runs.items():
+    if not config:  # The tutorial's SGD, timed beside the recipes.
+      continue
     steps = mean_steps(seeds, target)
     if steps is not None and (towers not in best or steps < best[towers][0]):
       best[towers] = (steps, config)

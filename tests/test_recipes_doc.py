@@ -74,6 +74,12 @@ def test_best_steps_needs_every_seed_at_the_target(tmp_path):
   steps, config = recipes.best_steps(runs)[8]
   assert config == LARS
   assert 1568 < steps < 1715
+  # The tutorial's SGD (no recipe) beside them is no recipe's point.
+  sgd = _row(1000, 0.81)
+  sgd['recipe'] = ''
+  _write(tmp_path / 'with_sgd.csv', [sgd, _row(1617, 0.8006)])
+  assert recipes.best_steps(recipes.read_recipes(
+      str(tmp_path / 'with_sgd.csv')))[8][1] == LARS
   _write(tmp_path / 'short.csv', [_row(1617, 0.8006),
                                   _row(1715, 0.799, seed=2)])
   assert recipes.best_steps(recipes.read_recipes(

@@ -188,7 +188,7 @@ def plot(sgd, recipe, out):
               'examples' % (name, s_min, b_crit))
   for steps, text, color, height in (
       (sgd, 'SGD: not in\n100 epochs', 'tab:blue', 0.97),
-      (recipe, 'recipes tried:\nnone reached 80%', 'tab:red', 0.80)):
+      (recipe, 'recipes: not every\nseed reached 80%', 'tab:red', 0.80)):
     for b in [BATCH * n for n in (1, 2, 4, 8) if n not in steps]:
       axes.annotate(text, (b, height), xycoords=('data', 'axes fraction'),
                     ha='right' if b == BATCH * 8 else 'center', va='top',

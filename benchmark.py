@@ -92,42 +92,40 @@ PROJECTED_STEPS = 100000
 KERAS_ONEDNN = ['tf_default', 'onednn_on']
 
 # A row: what it times (for the table), its kind, what builds it (BUILDS),
-# its towers, its precision, whether its towers split --batch_size (the
-# same examples a step as one tower), and its flags beyond the command
-# line's.
+# its towers, its precision, and whether its towers split --batch_size
+# (the same examples a step as one tower).
 Row = collections.namedtuple('Row', ['what', 'kind', 'build', 'towers',
-                                     'precision', 'split', 'flags'])
+                                     'precision', 'split'])
 F32, BF16 = 'float32', 'bfloat16'
 ROWS = collections.OrderedDict([
     ('train', Row('cifar10_train.py graph, 1 tower', OURS, 'train', 1, F32,
-                  False, ())),
+                  False)),
     ('train_bf16', Row('cifar10_train.py graph, 1 tower, --use_bf16', OURS,
-                       'train', 1, BF16, False, ())),
+                       'train', 1, BF16, False)),
     ('train_held', Row('cifar10_train.py graph, 1 tower, one held batch',
-                       TOWERS, 'held', 1, F32, False, ())),
+                       TOWERS, 'held', 1, F32, False)),
     ('multi1', Row('cifar10_multi_gpu_train.py graph, 1 tower', TOWERS,
-                   'towers', 1, F32, False, ())),
+                   'towers', 1, F32, False)),
     ('multi2', Row('cifar10_multi_gpu_train.py graph, 2 towers', TOWERS,
-                   'towers', 2, F32, False, ())),
+                   'towers', 2, F32, False)),
     ('multi2_quiet', Row('2 towers, --nogradient_noise_scale', TOWERS,
-                         'towers_quiet', 2, F32, False, ())),
+                         'towers_quiet', 2, F32, False)),
     ('split', Row('cifar10_multi_gpu_train.py graph, 2 towers of half the '
-                  'batch', OURS, 'towers', 2, F32, True, ())),
+                  'batch', OURS, 'towers', 2, F32, True)),
     ('split_bf16', Row('cifar10_multi_gpu_train.py graph, 2 towers of half '
-                       'the batch, --use_bf16', OURS, 'towers', 2, BF16, True,
-                       ())),
+                       'the batch, --use_bf16', OURS, 'towers', 2, BF16, True)),
     ('input', Row('input pipeline alone (distorted batches)', PIPELINE,
-                  'input', 1, F32, False, ())),
+                  'input', 1, F32, False)),
     ('eval', Row('eval forward pass + in_top_k', PIPELINE, 'eval', 1, F32,
-                 False, ())),
+                 False)),
     ('keras_fit', Row('Keras model.fit, same model and data', KERAS,
-                      'keras_fit', 1, F32, False, ())),
+                      'keras_fit', 1, F32, False)),
     ('keras_loop', Row('Keras model, custom tf.function step', KERAS,
-                       'keras_loop', 1, F32, False, ())),
+                       'keras_loop', 1, F32, False)),
     ('keras_fit_bf16', Row('Keras model.fit, mixed_bfloat16', KERAS,
-                           'keras_fit', 1, BF16, False, ())),
+                           'keras_fit', 1, BF16, False)),
     ('keras_loop_bf16', Row('Keras custom step, mixed_bfloat16', KERAS,
-                            'keras_loop', 1, BF16, False, ())),
+                            'keras_loop', 1, BF16, False)),
 ])
 
 flags.DEFINE_list('rows', list(ROWS),
@@ -247,12 +245,12 @@ def build_row(name):
 
 def _row_flags(name):
   """The flags a row needs beyond the command line's: its precision, half
-  the batch, its own."""
+  the batch."""
   row = ROWS[name]
   bf16 = ('--use_bf16',) if (row.precision == BF16 and row.kind != KERAS and
                              not FLAGS.use_bf16) else ()
   half = ('--batch_size=%d' % (FLAGS.batch_size // 2),) if row.split else ()
-  return bf16 + half + row.flags
+  return bf16 + half
 
 
 def _precision(name):

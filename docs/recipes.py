@@ -28,7 +28,6 @@ import argparse
 import collections
 import csv
 import math
-import re
 
 import matplotlib
 matplotlib.use('Agg')
@@ -64,7 +63,7 @@ def label(recipe, towers):
   """Returns a recipe's short name: its optimizer, schedule, budget and
   peak rate (after the scaling for towers), as 'LARS 0.3, cosine 50 ep,
   peak 0.04'."""
-  given = dict(re.findall(r'--(\w+)=(\S+)', recipe))
+  given = time_to_target.recipe_flags(recipe)
   if not given:
     return "the tutorial's SGD"
   optimizer = given.get('optimizer', 'sgd')

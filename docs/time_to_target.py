@@ -194,11 +194,16 @@ def row(args, step, precision, wall):
               precision=precision, wall_s=wall, recipe=args.recipe)
 
 
+def recipe_flags(recipe):
+  """Returns {flag: value} of a --recipe's --flag=value pairs."""
+  return dict(re.findall(r'--(\w+)=(\S+)', recipe))
+
+
 def rate_and_warmup(recipe, initial, scaling, warmup):
   """Returns the CSV's rate and warmup_epochs cells of a run: the recipe's
   flags where it gives them, else initial (None: not given), scaling and
   warmup."""
-  given = dict(re.findall(r'--(\w+)=(\S+)', recipe))
+  given = recipe_flags(recipe)
   initial = given.get('initial_learning_rate', initial)
   rate = ('%g' % float(initial) if initial is not None else
           given.get('learning_rate_scaling', scaling))

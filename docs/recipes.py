@@ -60,22 +60,27 @@ def collect(paths, out):
 
 
 def label(recipe, towers):
-  """Returns a recipe's short name: its optimizer, schedule, budget and
-  peak rate (after the scaling for towers), as 'LARS 0.3, cosine 50 ep,
-  peak 0.04'."""
+  """Returns a recipe's short name: its optimizer (and --momentum, where
+  given), schedule, budget, warm-up (where given) and peak rate (after the
+  scaling for towers), as 'LARS 0.3, cosine 50 ep, warm-up 2, peak 0.04'."""
   given = time_to_target.recipe_flags(recipe)
   if not given:
     return "the tutorial's SGD"
   optimizer = given.get('optimizer', 'sgd')
   name = {'lars': 'LARS %s' % given.get('lars_trust_coefficient', '0.001'),
           'momentum': 'momentum', 'sgd': 'SGD'}[optimizer]
+  if 'momentum' in given:  # Named where given (the default: 0.9).
+    name += ' %s' % given['momentum'] if optimizer == 'momentum' else (
+        ', momentum %s' % given['momentum'])
   if '--nesterov' in recipe.split():
     name += ' (Nesterov)'
   peak = float(given.get('initial_learning_rate', 0.1))
   if given.get('learning_rate_scaling') == 'linear':
     peak *= towers
-  return '%s, %s %s ep, peak %g' % (name, given.get('lr_schedule', 'tutorial'),
-                                   given.get('train_epochs', '-'), peak)
+  warmup = given.get('warmup_epochs')
+  return '%s, %s %s ep, %speak %g' % (
+      name, given.get('lr_schedule', 'tutorial'), given.get('train_epochs', '-'),
+      'warm-up %s, ' % warmup if warmup and float(warmup) else '', peak)
 
 
 def read_recipes(path):

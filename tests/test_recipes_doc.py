@@ -28,10 +28,16 @@ def test_fit_recovers_s_min_and_b_crit():
 
 def test_label_names_optimizer_schedule_budget_and_the_scaled_peak():
   assert recipes.label(LARS, 8) == (
-      'LARS 0.3 (Nesterov), cosine 50 ep, peak 0.04')
+      'LARS 0.3 (Nesterov), cosine 50 ep, warm-up 2, peak 0.04')
   assert recipes.label('--optimizer=momentum --lr_schedule=linear '
                        '--initial_learning_rate=0.04 --train_epochs=18',
                        1) == 'momentum, linear 18 ep, peak 0.04'
+  assert recipes.label('--optimizer=momentum --momentum=0.95 --nesterov '
+                       '--lr_schedule=linear --initial_learning_rate=0.02 '
+                       '--train_epochs=18', 1) == (
+                           'momentum 0.95 (Nesterov), linear 18 ep, peak 0.02')
+  assert recipes.label('--optimizer=lars --lars_trust_coefficient=0.3 '
+                       '--momentum=0.8', 1).startswith('LARS 0.3, momentum 0.8,')
   assert recipes.label('', 4) == "the tutorial's SGD"
 
 
@@ -92,6 +98,6 @@ def test_minutes_are_the_step_cost_models(capsys):
   assert lines[0].startswith('| GPUs | optimizer | steps to 80% | 3 ms, PCIe')
   one, eight = lines[2].split(' | '), lines[3].split(' | ')
   assert one[1:3] == ["the tutorial's SGD", '14076']
-  assert eight[1] == 'LARS 0.3 (Nesterov), cosine 50 ep, peak 0.04'
+  assert eight[1] == 'LARS 0.3 (Nesterov), cosine 50 ep, warm-up 2, peak 0.04'
   assert float(eight[3]) == pytest.approx(plot_scaling.predicted_minutes(
       1617 * 128 * 8, 8, 3.0, plot_scaling.PCIE_GB_S, False), abs=0.05)

@@ -163,10 +163,11 @@ def test_step_too_large_for_the_limit_is_one_line(real_data_dir, tmp_path,
                         preexec_fn=_in_cgroup(memory_cgroup))
   assert fits.returncode == 0, fits.stderr[-3000:]
   assert checkpoint_step(train_dir) == 2
-  # Nor ever at the limit, where the kernel reclaims and then kills: at
-  # the batch of the estimate alone, with nothing to spare, it was.
+  # Nor near the limit, where the kernel reclaims and then kills: the
+  # batch of the estimate alone, with nothing to spare, peaked at 99% of
+  # it (and was killed in one CI run); with memory.SPARE, at 77-83%.
   with open(os.path.join(memory_cgroup, 'memory.max_usage_in_bytes')) as f:
-    assert int(f.read()) < 3 * 2 ** 30
+    assert int(f.read()) < 0.95 * 3 * 2 ** 30
 
 
 # --- Out of memory in a step, and a full disk: each named as what it is ----

@@ -6,7 +6,8 @@ machinery/noise_scale.py) from the event files of multi-GPU runs, one
 against epochs, each run's batch (towers x 128) a horizontal line of its
 color beside it, and the critical batch fitted to the measured steps to
 80% (--b_crit, docs/recipes.py) a dashed one. Prints B_simple at
---epochs, each the median of the summaries within an epoch (eight towers summarize every 2 epochs).
+--epochs, each the median of the summaries within an epoch (eight towers
+summarize every 2 epochs).
 
 Usage (matplotlib comes with requirements-dev.txt):
   python docs/noise_scale.py --run=2=R2/train --run=4=R4/train \\

@@ -70,8 +70,10 @@ def label(recipe, towers):
   name = {'lars': 'LARS %s' % given.get('lars_trust_coefficient', '0.001'),
           'momentum': 'momentum', 'sgd': 'SGD'}[optimizer]
   if 'momentum' in given:  # Named where given (the default: 0.9).
-    name += ' %s' % given['momentum'] if optimizer == 'momentum' else (
-        ', momentum %s' % given['momentum'])
+    if optimizer == 'momentum':
+      name += ' %s' % given['momentum']
+    else:
+      name += ', momentum %s' % given['momentum']
   if '--nesterov' in recipe.split():
     name += ' (Nesterov)'
   peak = float(given.get('initial_learning_rate', 0.1))

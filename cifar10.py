@@ -45,6 +45,7 @@ IMAGE_SIZE = cifar10_input.IMAGE_SIZE
 NUM_CLASSES = cifar10_input.NUM_CLASSES
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
+NUM_EXAMPLES_HELD_OUT = cifar10_input.NUM_EXAMPLES_HELD_OUT
 
 # Constants describing the training process.
 MOVING_AVERAGE_DECAY = 0.9999     # Decay of the variables' moving averages.
@@ -70,6 +71,11 @@ flags.DEFINE_string('data_url', download.DATA_URL,
 flags.DEFINE_string('data_md5', '',
                     'md5 the archive must have; empty: the official md5 for '
                     'the official URL, no check for other URLs.')
+flags.DEFINE_boolean('hold_out', False,
+                     'Train on the first 45,000 training images only, '
+                     'holding the last 5,000 out for cifar10_eval.py '
+                     '--eval_data=held_out: to choose among recipes without '
+                     'looking at the test set.')
 flags.adopt_module_key_flags(options)
 flags.adopt_module_key_flags(recipes)  # The learning rate and the optimizer.
 
@@ -136,7 +142,7 @@ def _variable_with_weight_decay(name, shape, stddev, wd, dtype=tf.float32):
 
 
 def distorted_batches(num_batches, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
-                      opts=options.DEFAULT):
+                      opts=options.DEFAULT, hold_out=False):
   """Constructs distinct distorted training batches from one input pipeline.
 
   Args:
@@ -144,30 +150,32 @@ def distorted_batches(num_batches, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
     data_dir: where the CIFAR-10 data is.
     batch_size: the examples of each batch.
     opts: the options.Options: the images come in its compute dtype.
+    hold_out: leave the last 5,000 training images out (--hold_out).
 
   Returns:
     A list of num_batches (images, labels) pairs: images
     [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], labels [batch_size].
   """
   batches = cifar10_input.distorted_batches(
-      data_dir=data_dir, batch_size=batch_size, num_batches=num_batches)
+      data_dir=data_dir, batch_size=batch_size, num_batches=num_batches,
+      hold_out=hold_out)
   dtype = opts.compute_dtype()
   return [(tf.cast(images, dtype), labels) for images, labels in batches]
 
 
 def distorted_inputs(data_dir=DATA_DIR, batch_size=BATCH_SIZE,
-                     opts=options.DEFAULT):
+                     opts=options.DEFAULT, hold_out=False):
   """Constructs one distorted training batch (see distorted_batches).
 
   Returns:
     images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
     labels: [batch_size].
   """
-  return distorted_batches(1, data_dir, batch_size, opts)[0]
+  return distorted_batches(1, data_dir, batch_size, opts, hold_out)[0]
 
 
 def inputs(eval_data, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
-           opts=options.DEFAULT):
+           opts=options.DEFAULT, held_out=False):
   """Constructs evaluation batches: central crops, in file order.
 
   Args:
@@ -175,13 +183,16 @@ def inputs(eval_data, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
     data_dir: where the CIFAR-10 data is.
     batch_size: the examples of each batch.
     opts: the options.Options: the images come in its compute dtype.
+    held_out: of the training set, only the last 5,000 images (those
+      --hold_out leaves out of training).
 
   Returns:
     images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
     labels: [batch_size].
   """
   images, labels = cifar10_input.inputs(
-      eval_data=eval_data, data_dir=data_dir, batch_size=batch_size)
+      eval_data=eval_data, data_dir=data_dir, batch_size=batch_size,
+      held_out=held_out)
   return tf.cast(images, opts.compute_dtype()), labels
 
 
@@ -194,24 +205,28 @@ def _max_pool(x, name, data_format):
       padding='SAME', data_format=data_format, name=name)
 
 
-def inference(images, opts=options.DEFAULT):
+def inference(images, opts=options.DEFAULT, conv_weight_decay=None):
   """Builds the CIFAR-10 model.
 
   Args:
     images: Images returned from distorted_inputs() or inputs(), NHWC, in
       the compute dtype of opts.
     opts: the options.Options: precision, layout, XLA.
+    conv_weight_decay: the weight decay of the convolutions' kernels
+      (--conv_weight_decay); None: none, as the tutorial's.
 
   Returns:
     Logits, [batch_size, NUM_CLASSES].
   """
   with opts.compiled():  # With --xla, the model and its gradients go to XLA.
-    return _layers(images, opts.data_format(), opts.compute_dtype())
+    return _layers(images, opts.data_format(), opts.compute_dtype(),
+                   conv_weight_decay or None)
 
 
-def _layers(images, fmt, dtype):
+def _layers(images, fmt, dtype, conv_wd):
   """Builds the model's layers on images in layout fmt (NHWC or NCHW, for
-  the device it runs on), computing in dtype; returns the logits."""
+  the device it runs on), computing in dtype, the convolutions' kernels
+  decayed by conv_wd (None: not); returns the logits."""
   # Every variable is made by tf.get_variable(), never tf.Variable(): in a
   # reusing variable scope it finds the variable of that name instead of
   # making a new one, so every tower of the multi-GPU trainer that builds
@@ -222,7 +237,7 @@ def _layers(images, fmt, dtype):
   # conv1
   with tf1.variable_scope('conv1') as scope:
     kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
-                                         stddev=5e-2, wd=None, dtype=dtype)
+                                         stddev=5e-2, wd=conv_wd, dtype=dtype)
     conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME',
                         data_format=fmt)
     biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0),
@@ -240,7 +255,7 @@ def _layers(images, fmt, dtype):
   # conv2
   with tf1.variable_scope('conv2') as scope:
     kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
-                                         stddev=5e-2, wd=None, dtype=dtype)
+                                         stddev=5e-2, wd=conv_wd, dtype=dtype)
     conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME',
                         data_format=fmt)
     biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1),
@@ -297,21 +312,26 @@ def _layers(images, fmt, dtype):
   return softmax_linear
 
 
-def loss(logits, labels):
+def loss(logits, labels, label_smoothing=0.0):
   """Adds the mean cross entropy to the weight decay terms, in float32.
 
   Args:
     logits: Logits from inference().
     labels: Labels from distorted_inputs() or inputs(), [batch_size].
+    label_smoothing: the share of each label spread evenly over all the
+      classes (--label_smoothing); 0: none, as the tutorial's.
 
   Returns:
     The total loss, 'total_loss'.
   """
   # Calculate the average cross entropy loss across the batch.
   labels = tf.cast(labels, tf.int64)
-  cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
-      labels=labels, logits=tf.cast(logits, tf.float32),
-      name='cross_entropy_per_example')
+  logits = tf.cast(logits, tf.float32)
+  if label_smoothing:
+    cross_entropy = _smoothed_cross_entropy(logits, labels, label_smoothing)
+  else:
+    cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=logits, name='cross_entropy_per_example')
   cross_entropy_mean = tf.reduce_mean(cross_entropy, name='cross_entropy')
   tf1.add_to_collection('losses', cross_entropy_mean)
 
@@ -321,6 +341,16 @@ def loss(logits, labels):
   scope = tf1.get_default_graph().get_name_scope()
   return tf.add_n(tf1.get_collection('losses', scope + '/' if scope else None),
                   name='total_loss')
+
+
+def _smoothed_cross_entropy(logits, labels, smoothing):
+  """Returns each example's cross entropy against its label smoothed: 1 -
+  smoothing on the label, plus smoothing / NUM_CLASSES on every class."""
+  with tf1.name_scope('label_smoothing'):
+    targets = tf.one_hot(labels, NUM_CLASSES, on_value=1.0 - smoothing,
+                         off_value=0.0) + smoothing / NUM_CLASSES
+  return tf.nn.softmax_cross_entropy_with_logits(
+      labels=targets, logits=logits, name='cross_entropy_per_example')
 
 
 def _add_loss_summaries(total_loss):

@@ -118,7 +118,7 @@ def build_worker_graph(task, local_devices, sync_replicas,
       ps_device='/job:ps/cpu:0', worker_device=task.device('/cpu:0'),
       cluster=task.cluster_spec())):
     batches = cifar10.distorted_batches(len(local_devices), FLAGS.data_dir,
-                                        FLAGS.batch_size, opts)
+                                        FLAGS.batch_size, opts, FLAGS.hold_out)
     global_step = tf1.train.get_or_create_global_step()
     # The learning rate counts the examples of one update: with
     # sync_replicas a batch from every worker.
@@ -127,8 +127,8 @@ def build_worker_graph(task, local_devices, sync_replicas,
             num_workers if sync_replicas else 1), recipe), recipe, opts)
 
     # The multi-GPU trainer's towers, averaged on this worker.
-    tower_grads, tower_losses = multi.tower_gradients(opt, batches,
-                                                      local_devices, opts)
+    tower_grads, tower_losses = multi.tower_gradients(
+        opt, batches, local_devices, recipe, opts)
     grads = multi.average_gradients(tower_grads)
 
     if sync_replicas:
@@ -176,7 +176,7 @@ def build_allreduce_graph(task, local_devices, recipe=recipes.TUTORIAL,
   """
   with tf.device(task.device('/cpu:0')):
     batches = cifar10.distorted_batches(len(local_devices), FLAGS.data_dir,
-                                        FLAGS.batch_size, opts)
+                                        FLAGS.batch_size, opts, FLAGS.hold_out)
     return cifar10_replicated.build_train_op(
         batches, [task.device(d) for d in local_devices], multi.tower_loss,
         recipe, opts, measure_noise, num_workers=len(task.worker_hosts),

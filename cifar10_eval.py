@@ -42,8 +42,10 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_string('eval_dir', '/tmp/cifar10_eval',
                     'Directory where to write event logs.')
-flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval'],
-                  'Either test or train_eval.')
+flags.DEFINE_enum('eval_data', 'test', ['test', 'train_eval', 'held_out'],
+                  'test, train_eval (the training images), or held_out: '
+                  'the last 5,000 training images, which a trainer\'s '
+                  '--hold_out leaves out of training.')
 checkpoints.define_checkpoint_dir_flag()
 flags.declare_key_flag('checkpoint_dir')
 flags.DEFINE_integer('eval_interval_secs', 60 * 5,
@@ -161,7 +163,8 @@ def weights_to_restore(raw_weights):
 
 
 def correct_predictions(eval_data, data_dir=cifar10.DATA_DIR,
-                        batch_size=cifar10.BATCH_SIZE, opts=options.DEFAULT):
+                        batch_size=cifar10.BATCH_SIZE, opts=options.DEFAULT,
+                        held_out=False):
   """Builds the eval inputs, the model and the top-1 check per image.
 
   Args:
@@ -169,12 +172,15 @@ def correct_predictions(eval_data, data_dir=cifar10.DATA_DIR,
     data_dir: where the CIFAR-10 data is.
     batch_size: the images of each batch.
     opts: the options for speed, a machinery.options.Options.
+    held_out: of the training set, only the 5,000 images --hold_out leaves
+      out.
 
   Returns:
     A bool [batch_size] tensor, True where the prediction is right.
   """
   # Central crops of the evaluation images, in file order, and labels.
-  images, labels = cifar10.inputs(eval_data, data_dir, batch_size, opts)
+  images, labels = cifar10.inputs(eval_data, data_dir, batch_size, opts,
+                                  held_out)
 
   # The model's logits for them.
   logits = cifar10.inference(images, opts)
@@ -186,16 +192,13 @@ def correct_predictions(eval_data, data_dir=cifar10.DATA_DIR,
 def evaluate():
   """Evaluates the latest checkpoint, once or each new one as it comes."""
   eval_data = FLAGS.eval_data == 'test'
-  available = (cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL if eval_data
-               else cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN)
-  if FLAGS.num_examples > available:
-    raise errors.UsageError(
-        '--num_examples=%d is more than the %d examples of --eval_data=%s.'
-        % (FLAGS.num_examples, available, FLAGS.eval_data))
+  held_out = FLAGS.eval_data == 'held_out'
+  _check_num_examples()
   with tf.Graph().as_default() as g:
     # The model on the evaluation batches, and its correct predictions.
     top_k_op = correct_predictions(eval_data, FLAGS.data_dir,
-                                   FLAGS.batch_size, options.from_flags())
+                                   FLAGS.batch_size, options.from_flags(),
+                                   held_out)
 
     # The model's variables take the moving averages of the trained ones
     # (or, with --raw_weights, the trained values themselves).
@@ -217,6 +220,20 @@ def evaluate():
     finally:
       if held:
         held.close()
+
+
+def _check_num_examples():
+  """Counts the held-out images, all 5,000 of them, unless --num_examples
+  says fewer; raises errors.UsageError for more than --eval_data has."""
+  available = {'test': cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL,
+               'train_eval': cifar10.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN,
+               'held_out': cifar10.NUM_EXAMPLES_HELD_OUT}[FLAGS.eval_data]
+  if FLAGS.eval_data == 'held_out' and not FLAGS['num_examples'].present:
+    FLAGS.num_examples = min(FLAGS.num_examples, available)
+  if FLAGS.num_examples > available:
+    raise errors.UsageError(
+        '--num_examples=%d is more than the %d examples of --eval_data=%s.'
+        % (FLAGS.num_examples, available, FLAGS.eval_data))
 
 
 def _evaluate_each(saver, summary_writer, top_k_op, summary_op, variables):

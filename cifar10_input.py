@@ -38,6 +38,10 @@ CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog',
                'horse', 'ship', 'truck')
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = 50000
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = 10000
+# The last training images, which a run that holds them out (hold_out)
+# never trains on, so that recipes can be chosen on them, not on the test
+# set.
+NUM_EXAMPLES_HELD_OUT = 5000
 
 # The binary layout: one label byte, then a 32x32x3 image, depth-major.
 LABEL_BYTES = 1
@@ -188,7 +192,7 @@ def eval_image(image):
 
 
 def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
-             prefetch_batches):
+             prefetch_batches, records=None):
   """Builds the record -> preprocess -> batch pipeline.
 
   The shuffle and the records' seeds draw from the graph's seed: random
@@ -202,6 +206,8 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
     batch_size: images per batch.
     shuffle_buffer: records held for shuffling; 0 for file order.
     prefetch_batches: batches made ahead of the consumer.
+    records: None for every record of the files, or a function that takes
+      the records' dataset and returns the part to read.
 
   Returns:
     A repeating tf.data.Dataset of (images [batch, 24, 24, 3],
@@ -211,7 +217,10 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
     label, image = decode_record(record)
     return preprocess(image, seed), label
 
-  records = tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES).repeat()
+  dataset = tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES)
+  if records is not None:
+    dataset = records(dataset)
+  records = dataset.repeat()
   if shuffle_buffer:
     records = records.shuffle(shuffle_buffer)
   # Each record with a random seed of its own, for its distortions.
@@ -222,7 +231,17 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
   return dataset.prefetch(prefetch_batches)
 
 
-def distorted_dataset(data_dir, batch_size, prefetch_batches):
+def _kept(records):
+  """Returns the training records a run that holds some out trains on."""
+  return records.take(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN - NUM_EXAMPLES_HELD_OUT)
+
+
+def _held_out(records):
+  """Returns the last NUM_EXAMPLES_HELD_OUT training records."""
+  return records.skip(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN - NUM_EXAMPLES_HELD_OUT)
+
+
+def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False):
   """Builds the training pipeline as a tf.data.Dataset (graph or eager).
 
   Shuffles records in a buffer of 40% of an epoch and distorts them in
@@ -232,6 +251,7 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches):
     data_dir: path to the CIFAR-10 data directory.
     batch_size: number of images per batch.
     prefetch_batches: batches made ahead of the consumer.
+    hold_out: leave the last NUM_EXAMPLES_HELD_OUT images out.
 
   Returns:
     A repeating dataset of (float32 [batch_size, 24, 24, 3] images,
@@ -242,10 +262,11 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches):
   print('Filling queue with %d CIFAR images before starting to train. '
         'This will take a few seconds.' % min_queue_examples)
   return _dataset(data_files(data_dir, eval_data=False), distort_image,
-                  batch_size, min_queue_examples, prefetch_batches)
+                  batch_size, min_queue_examples, prefetch_batches,
+                  _kept if hold_out else None)
 
 
-def distorted_batches(data_dir, batch_size, num_batches):
+def distorted_batches(data_dir, batch_size, num_batches, hold_out=False):
   """Constructs distinct distorted batches from one shared input pipeline.
 
   The pipeline shuffles records in a buffer of 40% of an epoch, distorts
@@ -257,13 +278,15 @@ def distorted_batches(data_dir, batch_size, num_batches):
     data_dir: path to the CIFAR-10 data directory.
     batch_size: number of images per batch.
     num_batches: number of batches each step takes.
+    hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
 
   Returns:
     A list of num_batches (images, labels) pairs: float32
     [batch_size, 24, 24, 3] images and int32 [batch_size] labels.
   """
   with tf.device('/cpu:0'), tf.compat.v1.name_scope('input'):
-    dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches)
+    dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches,
+                                hold_out)
     iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
     batches = []
     for _ in range(num_batches):
@@ -275,7 +298,7 @@ def distorted_batches(data_dir, batch_size, num_batches):
   return batches
 
 
-def inputs(eval_data, data_dir, batch_size):
+def inputs(eval_data, data_dir, batch_size, held_out=False):
   """Constructs input for CIFAR evaluation, in file order, repeating.
 
   Args:
@@ -283,6 +306,8 @@ def inputs(eval_data, data_dir, batch_size):
       set (False).
     data_dir: path to the CIFAR-10 data directory.
     batch_size: number of images per batch.
+    held_out: of the training set, only the last NUM_EXAMPLES_HELD_OUT
+      images (those that hold_out leaves out of training).
 
   Returns:
     images: float32 [batch_size, 24, 24, 3] tensor.
@@ -291,7 +316,8 @@ def inputs(eval_data, data_dir, batch_size):
   with tf.device('/cpu:0'), tf.compat.v1.name_scope('input'):
     dataset = _dataset(data_files(data_dir, eval_data),
                        lambda image, _: eval_image(image),
-                       batch_size, shuffle_buffer=0, prefetch_batches=2)
+                       batch_size, shuffle_buffer=0, prefetch_batches=2,
+                       records=_held_out if held_out else None)
     images, labels = tf.compat.v1.data.make_one_shot_iterator(
         dataset).get_next()
     summaries.image_summary('images', images)

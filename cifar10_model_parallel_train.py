@@ -101,7 +101,8 @@ def build_train_op(devices, recipe=recipes.TUTORIAL, opts=options.DEFAULT):
     # The input pipeline on the CPU, as in cifar10_train.py.
     with tf.device('/cpu:0'):
       images, labels = cifar10.distorted_inputs(FLAGS.data_dir,
-                                                FLAGS.batch_size, opts)
+                                                FLAGS.batch_size, opts,
+                                                FLAGS.hold_out)
     # The single-tower trainer's step, each layer with its variables on the
     # device of its part. The activations between the parts, and their
     # gradient, are copied from one device to the other.

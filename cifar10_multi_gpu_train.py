@@ -73,24 +73,27 @@ MAX_STEPS = 1000000
 # and the towers on their devices), run_training (the loop).
 
 
-def tower_loss(scope, images, labels, opts=options.DEFAULT):
+def tower_loss(scope, images, labels, recipe=recipes.TUTORIAL,
+               opts=options.DEFAULT):
   """Builds the model on one tower's batch and returns that tower's loss.
 
   Args:
     scope: the tower's name scope, e.g. 'tower_0/'.
     images: the tower's images, [batch_size, height, width, 3].
     labels: the tower's labels, [batch_size].
+    recipe: how the model trains (its weight decay and labels), a
+      machinery.recipe.Recipe.
     opts: the options for speed, a machinery.options.Options.
 
   Returns:
      The tower's total loss: its cross entropy plus the weight decay terms.
   """
   # The whole model, on this tower's images.
-  logits = cifar10.inference(images, opts)
+  logits = cifar10.inference(images, opts, recipe.conv_weight_decay)
 
   # Its loss: cross entropy plus weight decay, the terms this tower made
   # (in its name scope).
-  total_loss = cifar10.loss(logits, labels)
+  total_loss = cifar10.loss(logits, labels, recipe.label_smoothing)
   losses = tf1.get_collection('losses', scope)
 
   # Summaries of each loss term and of the total, tagged without the
@@ -105,7 +108,8 @@ def tower_loss(scope, images, labels, opts=options.DEFAULT):
   return total_loss
 
 
-def tower_gradients(opt, batches, devices, opts=options.DEFAULT):
+def tower_gradients(opt, batches, devices, recipe=recipes.TUTORIAL,
+                    opts=options.DEFAULT):
   """Builds one tower per device, all on the same variables, and each
   tower's gradients.
 
@@ -113,6 +117,7 @@ def tower_gradients(opt, batches, devices, opts=options.DEFAULT):
     opt: the optimizer, which computes the gradients.
     batches: list of (images, labels) pairs, one per tower.
     devices: list of device names, one per tower.
+    recipe: how the model trains, a machinery.recipe.Recipe.
     opts: the options for speed, a machinery.options.Options.
 
   Returns:
@@ -125,7 +130,7 @@ def tower_gradients(opt, batches, devices, opts=options.DEFAULT):
       # The whole model on this tower's batch. tf.get_variable() in it
       # makes the variables in tower 0 and finds them in the others: every
       # tower shares them.
-      loss = tower_loss(scope, images, labels, opts)
+      loss = tower_loss(scope, images, labels, recipe, opts)
 
       # From here on, get the existing variables; make none.
       tf1.get_variable_scope().reuse_variables()
@@ -189,7 +194,8 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
   opt = cifar10.optimizer(lr, recipe, opts)
 
   # One tower per device, each computing the gradients of its own batch.
-  tower_grads, tower_losses = tower_gradients(opt, batches, devices, opts)
+  tower_grads, tower_losses = tower_gradients(opt, batches, devices, recipe,
+                                              opts)
 
   # The mean of each gradient over the towers: the synchronization point.
   grads = average_gradients(tower_grads)
@@ -231,7 +237,7 @@ def build_graph(num_towers, virtual, variable_update, recipe=recipes.TUTORIAL,
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
     batches = cifar10.distorted_batches(num_towers, FLAGS.data_dir,
-                                        FLAGS.batch_size, opts)
+                                        FLAGS.batch_size, opts, FLAGS.hold_out)
     train_op, loss, scaffold = build(batches, devices, recipe, opts,
                                      measure_noise)
   return train_op, loss, scaffold, config

@@ -111,7 +111,7 @@ def all_reduce_mean(tower_grads, devices, group_size=None, timeout_secs=0,
   return reduced
 
 
-def _towers(opt, batches, devices, tower_loss, opts):
+def _towers(opt, batches, devices, tower_loss, recipe, opts):
   """Builds one tower per device, each on its own copy of the variables.
 
   Returns:
@@ -125,7 +125,7 @@ def _towers(opt, batches, devices, tower_loss, opts):
       with tf1.variable_scope(scope[:-1] if i else root,
                               auxiliary_name_scope=False,
                               custom_getter=_replica_getter(devices[i], i)):
-        loss = tower_loss(scope, images, labels, opts)
+        loss = tower_loss(scope, images, labels, recipe, opts)
       # The gradients with respect to the tower's own copy.
       var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
                   if i else tf1.trainable_variables())
@@ -156,8 +156,8 @@ def way(variable_update, shared, tower_loss):
     variable_update: PARAMETER_SERVER or REPLICATED (--variable_update).
     shared: the trainer's own build_train_op, on variables shared on
       /cpu:0.
-    tower_loss: its function (scope, images, labels, opts) -> one tower's
-      total loss, which the replicated towers build too.
+    tower_loss: its function (scope, images, labels, recipe, opts) -> one
+      tower's total loss, which the replicated towers build too.
 
   Returns:
     (a function (batches, devices, recipe, opts, measure_noise) -> what
@@ -182,8 +182,8 @@ def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
   Args:
     batches: list of (images, labels) pairs, one per tower.
     devices: list of distinct device names, one per tower.
-    tower_loss: function (scope, images, labels, opts) -> the tower's total
-      loss (cifar10_multi_gpu_train.tower_loss).
+    tower_loss: function (scope, images, labels, recipe, opts) -> the
+      tower's total loss (cifar10_multi_gpu_train.tower_loss).
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
     opts: the options for speed, a machinery.options.Options.
     measure_noise: measure the gradient noise scale (machinery/noise_scale).
@@ -205,7 +205,8 @@ def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
   opt = cifar10.optimizer(cifar10.learning_rate(
       global_step, num_workers * towers.examples(batches), recipe), recipe,
                           opts)
-  tower_grads, tower_losses = _towers(opt, batches, devices, tower_loss, opts)
+  tower_grads, tower_losses = _towers(opt, batches, devices, tower_loss,
+                                      recipe, opts)
 
   # Each tower gets the mean gradient and applies it to its own copy, all
   # in one update (one loss-scale check, one global step).

@@ -58,10 +58,10 @@ def build_train_op(images, labels, recipe=recipes.TUTORIAL,
     global_step = tf1.train.get_or_create_global_step()
 
   # The model's logits for the batch.
-  logits = cifar10.inference(images, opts)
+  logits = cifar10.inference(images, opts, recipe.conv_weight_decay)
 
   # Its loss: cross entropy plus weight decay.
-  loss = cifar10.loss(logits, labels)
+  loss = cifar10.loss(logits, labels, recipe.label_smoothing)
 
   # One step of gradient descent on the batch, then the moving averages.
   train_op = cifar10.train(loss, global_step, int(images.shape[0]), recipe,
@@ -79,7 +79,8 @@ def run_training(recipe, opts):
     # went from about 1,700 to 8,000 images/s on a GTX 1080 that way.
     with tf.device('/cpu:0'):
       images, labels = cifar10.distorted_inputs(FLAGS.data_dir,
-                                                FLAGS.batch_size, opts)
+                                                FLAGS.batch_size, opts,
+                                                FLAGS.hold_out)
     train_op, loss = build_train_op(images, labels, recipe, opts)
 
     # The session restores the latest checkpoint of --train_dir (or

@@ -72,6 +72,10 @@ def parse_args(argv):
                  help='the optimizer and schedule\'s trainer flags, written '
                  'to the CSV, e.g. "--optimizer=momentum --lr_schedule=cosine '
                  '--train_epochs=18"')
+  p.add_argument('--held_out', action='store_true',
+                 help='train without the last 5,000 training images '
+                 '(--hold_out) and evaluate on them, not on the test set: '
+                 'to choose among recipes')
   p.add_argument('--extra', default='',
                  help='more trainer flags, not written to the CSV, e.g. '
                  '"--use_bf16"')
@@ -102,11 +106,15 @@ def commands(args):
   if args.initial_learning_rate is not None:
     trainer.append('--initial_learning_rate=%g' % args.initial_learning_rate)
   trainer += args.recipe.split() + args.extra.split()
+  if args.held_out:
+    trainer.append('--hold_out')
   evaluator = ['nice', '-n', str(NICE), sys.executable,
                os.path.join(ROOT, 'cifar10_eval.py'),
                '--data_dir=' + args.data_dir, '--checkpoint_dir=' + train_dir,
                '--eval_dir=' + os.path.join(args.out_dir, 'eval'),
                '--eval_interval_secs=%d' % POLL_SECS]
+  if args.held_out:
+    evaluator.append('--eval_data=held_out')
   return trainer, evaluator
 
 

@@ -14,6 +14,10 @@ batches (many towers) need:
                                   takes over 128 (Goyal et al., 2017)
   --warmup_epochs=E               from --initial_learning_rate up to that
                                   rate over the first E epochs
+  --conv_weight_decay=W           weight decay on the convolutions too
+                                  (the tutorial decays local3 and local4)
+  --label_smoothing=S             1 - S on each label, S spread over all
+                                  ten classes
 
 A script reads them once, from_flags(), and passes the Recipe down:
 
@@ -75,12 +79,20 @@ flags.DEFINE_boolean('nesterov', False,
 flags.DEFINE_float('lars_trust_coefficient', DEFAULT_TRUST_COEFFICIENT,
                    'LARS: each layer\'s rate is the learning rate times this '
                    'times |weights| / |gradient|.')
+flags.DEFINE_float('conv_weight_decay', 0.0,
+                   'Weight decay of the convolutions\' kernels, as local3 '
+                   'and local4 have theirs (0.004): the loss adds this '
+                   'times half their squared norm. 0: none (the tutorial).')
+flags.DEFINE_float('label_smoothing', 0.0,
+                   'Train on labels smoothed: 1 - this on the right class, '
+                   'this spread evenly over all ten. 0: none (the '
+                   'tutorial).')
 
 
 class Recipe(collections.namedtuple('Recipe', [
     'initial_learning_rate', 'learning_rate_scaling', 'warmup_epochs',
     'lr_schedule', 'train_epochs', 'optimizer', 'momentum', 'nesterov',
-    'trust_coefficient'])):
+    'trust_coefficient', 'conv_weight_decay', 'label_smoothing'])):
   """How the model trains: each field one of the flags above. The defaults
   are the tutorial's (TUTORIAL)."""
 
@@ -102,7 +114,8 @@ TUTORIAL = Recipe(
     initial_learning_rate=TUTORIAL_LEARNING_RATE, learning_rate_scaling='none',
     warmup_epochs=0.0, lr_schedule='tutorial', train_epochs=None,
     optimizer='sgd', momentum=DEFAULT_MOMENTUM, nesterov=False,
-    trust_coefficient=DEFAULT_TRUST_COEFFICIENT)
+    trust_coefficient=DEFAULT_TRUST_COEFFICIENT, conv_weight_decay=0.0,
+    label_smoothing=0.0)
 
 
 def check(recipe):
@@ -127,6 +140,14 @@ def check(recipe):
   if recipe.trust_coefficient <= 0:
     raise errors.UsageError('--lars_trust_coefficient=%g: give a number '
                             'above 0.' % recipe.trust_coefficient)
+  if not 0 <= recipe.conv_weight_decay < 1:
+    raise errors.UsageError('--conv_weight_decay=%g: give a factor from 0 '
+                            '(none) up to, not including, 1.'
+                            % recipe.conv_weight_decay)
+  if not 0 <= recipe.label_smoothing < 1:
+    raise errors.UsageError('--label_smoothing=%g: give a share from 0 '
+                            '(none) up to, not including, 1.'
+                            % recipe.label_smoothing)
   return recipe
 
 
@@ -138,4 +159,6 @@ def from_flags():
       warmup_epochs=FLAGS.warmup_epochs, lr_schedule=FLAGS.lr_schedule,
       train_epochs=FLAGS.train_epochs, optimizer=FLAGS.optimizer,
       momentum=FLAGS.momentum, nesterov=FLAGS.nesterov,
-      trust_coefficient=FLAGS.lars_trust_coefficient))
+      trust_coefficient=FLAGS.lars_trust_coefficient,
+      conv_weight_decay=FLAGS.conv_weight_decay,
+      label_smoothing=FLAGS.label_smoothing))

@@ -167,6 +167,10 @@ def test_tutorial_schedule_with_a_budget_keeps_its_staircase():
     (dict(momentum=-0.5), '--momentum=-0.5: give a momentum from 0'),
     (dict(momentum=1.0), '--momentum=1: give a momentum from 0'),
     (dict(trust_coefficient=0.0), '--lars_trust_coefficient=0: give'),
+    (dict(conv_weight_decay=-0.001), '--conv_weight_decay=-0.001: give a '
+     'factor from 0'),
+    (dict(label_smoothing=1.0), '--label_smoothing=1: give a share from 0'),
+    (dict(label_smoothing=-0.1), '--label_smoothing=-0.1: give a share'),
 ])
 def test_recipes_that_cannot_train_are_refused(changes, flag):
   with pytest.raises(errors.UsageError) as raised:
@@ -282,6 +286,75 @@ def test_every_trainer_takes_the_optimizer_and_the_budget(
              if v.op.name.endswith('/' + slot)}
   assert 'conv1/weights/' + slot in slots
   assert 'softmax_linear/biases/' + slot in slots
+
+
+# --- Regularization: the convolutions' weight decay, smoothed labels ----------
+
+
+def _numpy_loss(logits, labels, smoothing, kernels, conv_wd, dense, dense_wd):
+  """The total loss by hand: the cross entropy against labels smoothed by
+  smoothing, plus wd times half the squared norm of each weight."""
+  shifted = logits - logits.max(axis=1, keepdims=True)
+  log_p = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+  targets = np.full(logits.shape, smoothing / 10)
+  targets[np.arange(len(labels)), labels] += 1 - smoothing
+  cross_entropy = -(targets * log_p).sum(axis=1).mean()
+  decay = lambda ws, wd: wd * sum(0.5 * np.sum(w ** 2) for w in ws)
+  return cross_entropy + decay(kernels, conv_wd) + decay(dense, dense_wd)
+
+
+@pytest.mark.parametrize('conv_wd, smoothing', [(0.0, 0.0), (0.01, 0.0),
+                                                 (0.0, 0.2), (0.01, 0.2)])
+def test_the_loss_decays_the_convolutions_and_smooths_the_labels(conv_wd,
+                                                                 smoothing):
+  rng = np.random.RandomState(0)
+  images = rng.normal(size=(BATCH, 24, 24, 3)).astype(np.float32)
+  labels = rng.randint(0, 10, size=BATCH).astype(np.int32)
+  with tf.Graph().as_default():
+    logits = cifar10.inference(tf.constant(images), conv_weight_decay=conv_wd)
+    loss = cifar10.loss(logits, tf.constant(labels), smoothing)
+    weights = {v.op.name: v for v in tf1.trainable_variables()}
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      got, logits_value, values = sess.run([loss, logits, weights])
+  expected = _numpy_loss(
+      logits_value, labels, smoothing,
+      [values['conv%d/weights' % i] for i in (1, 2)], conv_wd,
+      [values['local%d/weights' % i] for i in (3, 4)], 0.004)
+  assert got == pytest.approx(expected, rel=1e-5)
+
+
+def _ancestors(tensor):
+  """The names of the ops tensor is computed from."""
+  seen, todo = set(), [tensor.op]
+  while todo:
+    op = todo.pop()
+    if op.name not in seen:
+      seen.add(op.name)
+      todo.extend(t.op for t in op.inputs)
+  return seen
+
+
+@pytest.mark.parametrize('trainer,examples_per_step', TRAINERS)
+def test_every_trainer_takes_the_regularization(fake_data_dir, trainer,
+                                                examples_per_step):
+  del examples_per_step
+  graphs = [_trainer_graph(trainer, fake_data_dir),
+            _trainer_graph(trainer, fake_data_dir, conv_weight_decay=0.01,
+                           label_smoothing=0.1)]
+  found = []
+  for graph in graphs:
+    totals = [op.outputs[0] for op in graph.get_operations()
+              if op.name.endswith('total_loss') and op.type == 'AddN']
+    assert totals
+    ancestors = [_ancestors(total) for total in totals]
+    found.append([(any(n.endswith('conv1/weight_loss') for n in names),
+                   any(n.endswith('conv2/weight_loss') for n in names),
+                   any('label_smoothing/' in n for n in names))
+                  for names in ancestors])
+  tutorial, regularized = found
+  assert set(tutorial) == {(False, False, False)}  # Nothing changes.
+  assert set(regularized) == {(True, True, True)}  # In every tower.
 
 
 # --- Resuming continues the schedule, the slots and the averages -------------

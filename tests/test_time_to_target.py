@@ -46,9 +46,17 @@ def test_commands_checkpoint_every_epoch_and_stop_at_max_epochs():
   assert trainer[1].endswith('cifar10_multi_gpu_train.py')
   assert evaluator[:3] == ['nice', '-n', str(time_to_target.NICE)]
   assert '--checkpoint_dir=O/train' in evaluator
+  assert '--hold_out' not in trainer
+  assert not any(a.startswith('--eval_data') for a in evaluator)
   one, _ = time_to_target.commands(_args('--trainer=cifar10_train.py'))
   assert one[1].endswith('cifar10_train.py')
   assert not any(a.startswith('--num_gpus') for a in one)
+
+
+def test_held_out_trains_without_the_held_out_images_and_evaluates_them():
+  trainer, evaluator = time_to_target.commands(_args('--held_out'))
+  assert '--hold_out' in trainer
+  assert '--eval_data=held_out' in evaluator
 
 
 def test_a_recipe_goes_to_the_trainer_and_the_csv_and_sets_the_end():

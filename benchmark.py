@@ -29,7 +29,7 @@ Rows (ROWS below):
   keras_fit_bf16   keras_fit under Keras' mixed_bfloat16 policy
   keras_loop_bf16  keras_loop under mixed_bfloat16
 
-Training rows also show GFLOP/s (cifar10.train_flops_per_example) against
+Training rows also show GFLOP/s (train_flops_per_example) against
 the peak of a 4096x4096 matmul in the row's own precision (float32,
 bfloat16, float16), measured in the same run before the windows and after
 each (the median; a CPU's peak drifts as its rows' speeds do;
@@ -150,59 +150,92 @@ flags.DEFINE_boolean('row_process', False,
 flags.adopt_module_key_flags(cifar10)
 
 
+# What the rows are built with: the flags' values, read once (setup()).
+Setup = collections.namedtuple('Setup', [
+    'data_dir', 'batch_size', 'opts', 'variable_update', 'noise_scale',
+    'keras_rate', 'keras_jit_compile'])
+
+
+def setup():
+  """Returns the Setup the command line asks for."""
+  return Setup(FLAGS.data_dir, FLAGS.batch_size, options.from_flags(),
+               FLAGS.variable_update, FLAGS.gradient_noise_scale,
+               FLAGS.initial_learning_rate,
+               {'auto': 'auto', 'true': True,
+                'false': False}[FLAGS.keras_jit_compile])
+
+
+def train_flops_per_example():
+  """Counts the flops of the convolutions and matmuls of one example's
+  training step: forward, plus the gradients of every weight and of every
+  layer's input except the images, 2 flops per multiply-add (the rows set
+  a step's speed against the machine's peak with it).
+
+  Returns:
+    The flop count (about 105 million).
+  """
+  size = cifar10.IMAGE_SIZE
+  conv1 = size * size * (5 * 5 * 3) * 64
+  conv2 = (size // 2) ** 2 * (5 * 5 * 64) * 64
+  dense = 2304 * 384 + 384 * 192 + 192 * cifar10.NUM_CLASSES
+  forward = conv1 + conv2 + dense
+  backward = 2 * forward - conv1
+  return 2 * (forward + backward)
+
+
 # --- The rows' steps: each returns (fetch, examples per step, session
 # config or None, local init op or None), built in a graph of its own. ---
 
 
-def _train_step(images, labels):
-  """cifar10_train.py's step on a batch, the command line's options."""
-  train_op, _ = cifar10_train.build_train_op(images, labels, recipes.TUTORIAL,
-                                             options.from_flags())
-  return train_op, FLAGS.batch_size, hardware.session_config(), None
+def _train_step(batch, how):
+  """cifar10_train.py's step on a batch, as the Setup how says."""
+  train_op, _, _ = cifar10_train.build_train_op([batch], [''],
+                                                recipes.TUTORIAL, how.opts)
+  return train_op, how.batch_size, hardware.session_config(), None
 
 
-def _pipeline_batch():
+def _pipeline_batch(how):
   """A batch of the distorted input pipeline, on the CPU."""
   with tf.device('/cpu:0'):
-    return cifar10.distorted_inputs(FLAGS.data_dir, FLAGS.batch_size,
-                                    options.from_flags())
+    return cifar10.distorted_inputs(how.data_dir, how.batch_size, how.opts)
 
 
-def _held_batch():
+def _held_batch(how):
   """A batch of the pipeline read once, as the variables are initialized,
   then held in memory on the CPU, where the pipeline's batches are."""
-  images, labels = _pipeline_batch()
+  images, labels = _pipeline_batch(how)
   return (tf1.get_local_variable('held_images', initializer=images),
           tf1.get_local_variable('held_labels', initializer=labels))
 
 
-def _towers_step(row, noise_scale=True):
+def _towers_step(row, how, noise_scale=True):
   """cifar10_multi_gpu_train.py's step on the row's towers: with fewer GPUs
   than towers on virtual GPUs; without a GPU, as the trainer runs by
   default, every tower on /cpu:0. noise_scale=False builds it as
   --nogradient_noise_scale does, in this process."""
   train_op, _, scaffold, config = multi.build_graph(
-      row.towers, bool(tf.config.list_physical_devices('GPU')),
-      FLAGS.variable_update, recipes.TUTORIAL, options.from_flags(),
-      FLAGS.gradient_noise_scale and noise_scale)
-  return (train_op, FLAGS.batch_size * row.towers, config,
+      how.data_dir, how.batch_size, row.towers,
+      bool(tf.config.list_physical_devices('GPU')), how.variable_update,
+      recipes.TUTORIAL, how.opts, how.noise_scale and noise_scale)
+  return (train_op, how.batch_size * row.towers, config,
           scaffold.local_init_op)
 
 
-def _eval_step():
+def _eval_step(how):
   """The evaluator's forward pass and top-1 check."""
   return (cifar10_eval.correct_predictions(
-      True, FLAGS.data_dir, FLAGS.batch_size, options.from_flags()),
-          FLAGS.batch_size, None, None)
+      True, how.data_dir, how.batch_size, how.opts), how.batch_size, None,
+          None)
 
 
 GRAPH_STEPS = {
-    'train': lambda row: _train_step(*_pipeline_batch()),
-    'held': lambda row: _train_step(*_held_batch()),
+    'train': lambda row, how: _train_step(_pipeline_batch(how), how),
+    'held': lambda row, how: _train_step(_held_batch(how), how),
     'towers': _towers_step,
-    'towers_quiet': lambda row: _towers_step(row, noise_scale=False),
-    'input': lambda row: (_pipeline_batch(), FLAGS.batch_size, None, None),
-    'eval': lambda row: _eval_step(),
+    'towers_quiet': lambda row, how: _towers_step(row, how, noise_scale=False),
+    'input': lambda row, how: (_pipeline_batch(how), how.batch_size, None,
+                               None),
+    'eval': lambda row, how: _eval_step(how),
 }
 
 
@@ -221,21 +254,19 @@ def _graph_session(step):
   return sess, fetch, examples_per_step
 
 
-def build_row(name):
-  """Builds a row of this process's flags; returns (timer, examples per
-  step, the devices its heaviest ops ran on)."""
+def build_row(name, how):
+  """Builds a row as the Setup how says; returns (timer, examples per step,
+  the devices its heaviest ops ran on)."""
   row = ROWS[name]
   if row.kind == KERAS:
     timer, device = {'keras_fit': cifar10_keras.fit_timer,
                      'keras_loop': cifar10_keras.loop_timer}[row.build](
                          'mixed_bfloat16' if row.precision == BF16
-                         else 'float32', FLAGS.data_dir, FLAGS.batch_size,
-                         FLAGS.initial_learning_rate,
-                         {'auto': 'auto', 'true': True,
-                          'false': False}[FLAGS.keras_jit_compile])
-    return timer, FLAGS.batch_size, device
+                         else 'float32', how.data_dir, how.batch_size,
+                         how.keras_rate, how.keras_jit_compile)
+    return timer, how.batch_size, device
   sess, fetch, examples_per_step = _graph_session(
-      lambda: GRAPH_STEPS[row.build](row))
+      lambda: GRAPH_STEPS[row.build](row, how))
   devices = probes.devices_ran_on(sess, fetch)
   return timing.stepper(lambda: sess.run(fetch)), examples_per_step, devices
 
@@ -304,22 +335,23 @@ def _check_rows():
                            else 'row splits', FLAGS.batch_size))
 
 
-def _set_up_rows(table_rows, children):
-  """Builds every row and runs its warm-up steps.
+def _set_up_rows(table_rows, children, how, warmup):
+  """Builds every row (ours as the Setup how says, or in a child) and runs
+  its warmup steps.
 
   Returns:
     {table row: (timer, examples per step, devices, oneDNN)}.
   """
   timers = collections.OrderedDict()
   for name, process in table_rows.items():
-    print('setting up %s, %d warm-up steps' % (name, FLAGS.warmup))
+    print('setting up %s, %d warm-up steps' % (name, warmup))
     row = name.partition('/')[0]
     if process:
       child = children[process]
       timers[name] = child.setup(row) + (child.describe(),)
     else:
-      timers[name] = build_row(row) + (probes.onednn_on(),)
-      timers[name][0](FLAGS.warmup)
+      timers[name] = build_row(row, how) + (probes.onednn_on(),)
+      timers[name][0](warmup)
   return timers
 
 
@@ -391,27 +423,28 @@ def _print_header(peaks, flops):
       print(notice)
 
 
-def _profile_train(steps):
-  """Traces steps of the train row, after --warmup untimed ones, its ops
+def _profile_train(steps, warmup, how):
+  """Traces steps of the train row, after warmup untimed ones, its ops
   run one at a time (each still on all cores), so that their times add up
   to the step's; returns profiler.profile_steps' result."""
   def one_op_at_a_time():
-    train_op, examples, config, init = _train_step(*_pipeline_batch())
+    train_op, examples, config, init = _train_step(_pipeline_batch(how), how)
     config.inter_op_parallelism_threads = 1
     config.use_per_session_threads = True  # Not the pool the rows share.
     return train_op, examples, config, init
 
   sess, train_op, _ = _graph_session(one_op_at_a_time)
   with sess:
-    for _ in range(FLAGS.warmup):
+    for _ in range(warmup):
       sess.run(train_op)
     return profiler.profile_steps(sess, train_op, steps)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
+  how = setup()
   if FLAGS.row_process:  # A child of another benchmark.py: rows it asks.
-    row_process.serve({row: lambda row=row: build_row(row) for row in ROWS},
-                      FLAGS.warmup, probes.onednn_on)
+    row_process.serve({row: lambda row=row: build_row(row, how)
+                       for row in ROWS}, FLAGS.warmup, probes.onednn_on)
     return
   _check_rows()
   cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
@@ -419,14 +452,14 @@ def main(argv=None):  # pylint: disable=unused-argument
   precisions = {F32} | {_precision(row) for row in FLAGS.rows
                         if ROWS[row].kind in TRAINING}
   peak_samples = [probes.peaks(precisions)]
-  flops = cifar10.train_flops_per_example()
+  flops = train_flops_per_example()
   _print_header(peak_samples[0], flops)
   table_rows = _table_rows()
   children = row_process.start_children(
       __file__, [key for key in table_rows.values() if key],
       FLAGS.flags_into_string())
   try:
-    timers = _set_up_rows(table_rows, children)
+    timers = _set_up_rows(table_rows, children, how, FLAGS.warmup)
 
     def after_each(window, rates):
       peak_samples.append(probes.peaks(precisions))
@@ -443,7 +476,8 @@ def main(argv=None):  # pylint: disable=unused-argument
   print()
   _print_table(timers, rates, peak_samples, flops)
   if FLAGS.profile_steps:
-    profiler.print_profile(_profile_train(FLAGS.profile_steps),
+    profiler.print_profile(_profile_train(FLAGS.profile_steps, FLAGS.warmup,
+                                          how),
                            FLAGS.profile_steps)
 
 

@@ -16,10 +16,11 @@ Summary of available functions:
  train_op = train(loss, global_step)
 
 The data comes from cifar10_input.py. The functions take what they need
-as arguments, the tutorial's values by default, so that they run as they
-are in a notebook; the scripts read the flags defined here (and the
-recipe's, machinery/recipe.py, and the options for speed,
-machinery/options.py) once, and pass them down.
+as arguments, the tutorial's values by default, and read no flag, so that
+they run as they are in a notebook: `import cifar10` builds the scripts'
+graph there. The scripts read the flags defined here (and the recipe's,
+machinery/recipe.py, and the options for speed, machinery/options.py)
+once, in their main, and pass them down.
 """
 
 from __future__ import absolute_import
@@ -28,7 +29,6 @@ from __future__ import print_function
 
 import cifar10_input
 from machinery import download
-from machinery import lars
 from machinery import lrn
 from machinery import options
 from machinery import recipe as recipes
@@ -38,7 +38,12 @@ import tensorflow as tf
 
 tf1 = tf.compat.v1
 flags = tf1.flags
-FLAGS = flags.FLAGS
+
+# The graph TF1 builds, wherever the model is built (a script, a notebook, a
+# test): a tf.cond is Switch and Merge ops where it stands, not a function
+# of its own in the graph's library (TensorBoard would draw dozens of them
+# beside the model, and push the towers aside among them).
+tf1.disable_control_flow_v2()
 
 # Global constants describing the CIFAR-10 data set.
 IMAGE_SIZE = cifar10_input.IMAGE_SIZE
@@ -46,20 +51,21 @@ NUM_CLASSES = cifar10_input.NUM_CLASSES
 NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN
 NUM_EXAMPLES_PER_EPOCH_FOR_EVAL = cifar10_input.NUM_EXAMPLES_PER_EPOCH_FOR_EVAL
 NUM_EXAMPLES_HELD_OUT = cifar10_input.NUM_EXAMPLES_HELD_OUT
+buffered_bytes = cifar10_input.buffered_bytes  # What the input holds.
 
 # Constants describing the training process.
 MOVING_AVERAGE_DECAY = 0.9999     # Decay of the variables' moving averages.
 NUM_EPOCHS_PER_DECAY = 350.0      # Epochs between learning-rate decays.
 LEARNING_RATE_DECAY_FACTOR = 0.1  # What each decay multiplies it by.
-INITIAL_LEARNING_RATE = recipes.TUTORIAL_LEARNING_RATE  # 0.1
-TUTORIAL_BATCH_SIZE = 128         # The examples a step of the tutorial took.
+# The tutorial's INITIAL_LEARNING_RATE, 0.1, is the default of the recipe's
+# --initial_learning_rate (machinery/recipe.py).
 
 # The multi-GPU trainer builds tower i in the name scope 'tower_i', so that
 # each tower's ops have names of their own; summary tags leave it out.
 TOWER_NAME = 'tower'
 
 # Basic model parameters.
-BATCH_SIZE = TUTORIAL_BATCH_SIZE
+BATCH_SIZE = 128  # The examples of a step of the tutorial.
 DATA_DIR = '/tmp/cifar10_data'
 flags.DEFINE_integer('batch_size', BATCH_SIZE,
                      'Number of images to process in a batch.', lower_bound=1)
@@ -71,22 +77,16 @@ flags.DEFINE_string('data_url', download.DATA_URL,
 flags.DEFINE_string('data_md5', '',
                     'md5 the archive must have; empty: the official md5 for '
                     'the official URL, no check for other URLs.')
-flags.DEFINE_boolean('hold_out', False,
-                     'Train on the first 45,000 training images only, '
-                     'holding the last 5,000 out for cifar10_eval.py '
-                     '--eval_data=held_out: to choose among recipes without '
-                     'looking at the test set.')
+flags.DEFINE_boolean('hold_out', False, 'Train without the last 5,000 '
+                     'training images, for cifar10_eval.py --eval_data='
+                     'held_out: to choose recipes without the test set.')
 flags.adopt_module_key_flags(options)
 flags.adopt_module_key_flags(recipes)  # The learning rate and the optimizer.
 
 
 def _activation_summary(x):
-  """Summarizes a layer's output: a histogram of its values, and the
-  fraction of them that are zero (its sparsity).
-
-  Args:
-    x: the layer's output tensor.
-  """
+  """Summarizes the layer output x: a histogram of its values, and the
+  fraction of them that are zero (its sparsity)."""
   # Tag by the layer's name alone: 'conv1', not 'tower_0/conv1/conv1'.
   layer_name = x.op.name.split('/')[-1]
   summaries.histogram_summary(layer_name + '/activations', x)
@@ -94,20 +94,12 @@ def _activation_summary(x):
 
 
 def _variable_on_cpu(name, shape, initializer, dtype=tf.float32):
-  """Creates (or, in a reusing scope, gets) a variable kept on /cpu:0.
+  """Creates (or, in a reusing scope, gets) the variable name of shape,
+  kept on /cpu:0, and returns it in dtype, the dtype the model computes in.
 
   The variable is float32 in every precision, so checkpoints are the same;
   with --use_fp16 or --use_bf16 the model reads it through a cast on its
   own device (mixed precision).
-
-  Args:
-    name: the variable's name in the current variable scope.
-    shape: its shape, a list of ints.
-    initializer: what sets its first value.
-    dtype: the dtype the model computes in.
-
-  Returns:
-    The variable, in dtype.
   """
   with tf.device('/cpu:0'):
     var = tf1.get_variable(name, shape, initializer=initializer,
@@ -116,20 +108,11 @@ def _variable_on_cpu(name, shape, initializer, dtype=tf.float32):
 
 
 def _variable_with_weight_decay(name, shape, stddev, wd, dtype=tf.float32):
-  """Creates a variable on /cpu:0 from a truncated normal, with weight decay.
+  """Creates a variable on /cpu:0 from a truncated normal of stddev, with
+  weight decay, and returns it in dtype (_variable_on_cpu).
 
   The weight decay, wd * l2_loss of the variable (in float32), goes into
   the 'losses' collection, which loss() sums; wd None adds none.
-
-  Args:
-    name: the variable's name in the current variable scope.
-    shape: its shape, a list of ints.
-    stddev: the standard deviation of its initial values.
-    wd: the weight decay factor, or None.
-    dtype: the dtype the model computes in.
-
-  Returns:
-    The variable, in dtype (_variable_on_cpu).
   """
   var = _variable_on_cpu(name, shape,
                          tf1.truncated_normal_initializer(stddev=stddev),
@@ -141,58 +124,45 @@ def _variable_with_weight_decay(name, shape, stddev, wd, dtype=tf.float32):
   return var
 
 
-def distorted_batches(num_batches, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
+def distorted_batches(data_dir=DATA_DIR, batch_size=BATCH_SIZE, num_batches=1,
                       opts=options.DEFAULT, hold_out=False):
-  """Constructs distinct distorted training batches from one input pipeline.
-
-  Args:
-    num_batches: how many batches each step takes (one per tower).
-    data_dir: where the CIFAR-10 data is.
-    batch_size: the examples of each batch.
-    opts: the options.Options: the images come in its compute dtype.
-    hold_out: leave the last 5,000 training images out (--hold_out).
+  """Constructs num_batches distinct distorted training batches (one per
+  tower) from one input pipeline, with hold_out without the last 5,000
+  training images (cifar10_input.py).
 
   Returns:
     A list of num_batches (images, labels) pairs: images
-    [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], labels [batch_size].
+    [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3] in opts' dtype, labels
+    [batch_size].
   """
-  batches = cifar10_input.distorted_batches(
-      data_dir=data_dir, batch_size=batch_size, num_batches=num_batches,
-      hold_out=hold_out)
-  dtype = opts.compute_dtype()
-  return [(tf.cast(images, dtype), labels) for images, labels in batches]
+  batches = cifar10_input.distorted_batches(data_dir, batch_size, num_batches,
+                                            hold_out)
+  return [(tf.cast(images, opts.compute_dtype()), labels)
+          for images, labels in batches]
 
 
 def distorted_inputs(data_dir=DATA_DIR, batch_size=BATCH_SIZE,
                      opts=options.DEFAULT, hold_out=False):
-  """Constructs one distorted training batch (see distorted_batches).
-
-  Returns:
-    images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
-    labels: [batch_size].
-  """
-  return distorted_batches(1, data_dir, batch_size, opts, hold_out)[0]
+  """Constructs distorted input for CIFAR training (cifar10_input.py);
+  returns images [batch_size, 24, 24, 3] in opts' dtype, labels
+  [batch_size]."""
+  images, labels = cifar10_input.distorted_inputs(data_dir, batch_size,
+                                                  hold_out)
+  return tf.cast(images, opts.compute_dtype()), labels
 
 
 def inputs(eval_data, data_dir=DATA_DIR, batch_size=BATCH_SIZE,
            opts=options.DEFAULT, held_out=False):
-  """Constructs evaluation batches: central crops, in file order.
-
-  Args:
-    eval_data: bool, True for the test set, False for the training set.
-    data_dir: where the CIFAR-10 data is.
-    batch_size: the examples of each batch.
-    opts: the options.Options: the images come in its compute dtype.
-    held_out: of the training set, only the last 5,000 images (those
-      --hold_out leaves out of training).
+  """Constructs evaluation input, central crops in file order: of the test
+  set (eval_data True) or the training set, or with held_out only its last
+  5,000 images (those --hold_out leaves out of training).
 
   Returns:
-    images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3].
+    images: [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3], in opts' dtype.
     labels: [batch_size].
   """
-  images, labels = cifar10_input.inputs(
-      eval_data=eval_data, data_dir=data_dir, batch_size=batch_size,
-      held_out=held_out)
+  images, labels = cifar10_input.inputs(eval_data, data_dir, batch_size,
+                                        held_out)
   return tf.cast(images, opts.compute_dtype()), labels
 
 
@@ -206,18 +176,10 @@ def _max_pool(x, name, data_format):
 
 
 def inference(images, opts=options.DEFAULT, conv_weight_decay=None):
-  """Builds the CIFAR-10 model.
-
-  Args:
-    images: Images returned from distorted_inputs() or inputs(), NHWC, in
-      the compute dtype of opts.
-    opts: the options.Options: precision, layout, XLA.
-    conv_weight_decay: the weight decay of the convolutions' kernels
-      (--conv_weight_decay); None: none, as the tutorial's.
-
-  Returns:
-    Logits, [batch_size, NUM_CLASSES].
-  """
+  """Builds the CIFAR-10 model on images (from distorted_inputs() or
+  inputs(), NHWC, in opts' dtype), as opts says (precision, layout, XLA),
+  the convolutions' kernels decayed by conv_weight_decay (None: not, as
+  the tutorial's); returns the logits, [batch_size, NUM_CLASSES]."""
   with opts.compiled():  # With --xla, the model and its gradients go to XLA.
     return _layers(images, opts.data_format(), opts.compute_dtype(),
                    conv_weight_decay or None)
@@ -234,67 +196,26 @@ def _layers(images, fmt, dtype, conv_wd):
   if fmt == 'NCHW':
     images = tf.transpose(images, [0, 3, 1, 2])
 
-  # conv1
-  with tf1.variable_scope('conv1') as scope:
-    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 3, 64],
-                                         stddev=5e-2, wd=conv_wd, dtype=dtype)
-    conv = tf.nn.conv2d(images, kernel, [1, 1, 1, 1], padding='SAME',
-                        data_format=fmt)
-    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.0),
-                              dtype)
-    pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
-    conv1 = tf.nn.relu(pre_activation, name=scope.name)
-    _activation_summary(conv1)
-
-  # pool1
+  # conv1, pool1, norm1 (tf.nn.lrn's function, made fast on CPUs:
+  # machinery/lrn.py)
+  conv1 = _conv('conv1', images, 3, 0.0, conv_wd, fmt, dtype)
   pool1 = _max_pool(conv1, 'pool1', fmt)
-  # norm1 (tf.nn.lrn's function, made fast on CPUs: machinery/lrn.py)
   norm1 = lrn.lrn(pool1, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
                   name='norm1', data_format=fmt)
 
-  # conv2
-  with tf1.variable_scope('conv2') as scope:
-    kernel = _variable_with_weight_decay('weights', shape=[5, 5, 64, 64],
-                                         stddev=5e-2, wd=conv_wd, dtype=dtype)
-    conv = tf.nn.conv2d(norm1, kernel, [1, 1, 1, 1], padding='SAME',
-                        data_format=fmt)
-    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(0.1),
-                              dtype)
-    pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
-    conv2 = tf.nn.relu(pre_activation, name=scope.name)
-    _activation_summary(conv2)
-
-  # norm2
+  # conv2, norm2, pool2
+  conv2 = _conv('conv2', norm1, 64, 0.1, conv_wd, fmt, dtype)
   norm2 = lrn.lrn(conv2, 4, bias=1.0, alpha=0.001 / 9.0, beta=0.75,
                   name='norm2', data_format=fmt)
-  # pool2
   pool2 = _max_pool(norm2, 'pool2', fmt)
   if fmt == 'NCHW':
     # Flatten in NHWC order, so the weights below mean the same in both
     # layouts and checkpoints are interchangeable.
     pool2 = tf.transpose(pool2, [0, 2, 3, 1])
 
-  # local3
-  with tf1.variable_scope('local3') as scope:
-    # Each image's 6x6x64 activations as one row of 2304, so that one
-    # matmul serves the batch (of any size: the exported model takes any).
-    dim = int(np.prod(pool2.get_shape()[1:]))
-    reshape = tf.reshape(pool2, [-1, dim])
-    weights = _variable_with_weight_decay('weights', shape=[dim, 384],
-                                          stddev=0.04, wd=0.004, dtype=dtype)
-    biases = _variable_on_cpu('biases', [384], tf1.constant_initializer(0.1),
-                              dtype)
-    local3 = tf.nn.relu(tf.matmul(reshape, weights) + biases, name=scope.name)
-    _activation_summary(local3)
-
-  # local4
-  with tf1.variable_scope('local4') as scope:
-    weights = _variable_with_weight_decay('weights', shape=[384, 192],
-                                          stddev=0.04, wd=0.004, dtype=dtype)
-    biases = _variable_on_cpu('biases', [192], tf1.constant_initializer(0.1),
-                              dtype)
-    local4 = tf.nn.relu(tf.matmul(local3, weights) + biases, name=scope.name)
-    _activation_summary(local4)
+  # local3, local4
+  local3 = _local('local3', pool2, 384, dtype)
+  local4 = _local('local4', local3, 192, dtype)
 
   # softmax_linear: the logits, W x + b, with no softmax: the loss takes
   # them as they are (sparse_softmax_cross_entropy_with_logits applies the
@@ -310,6 +231,41 @@ def _layers(images, fmt, dtype, conv_wd):
     _activation_summary(softmax_linear)
 
   return softmax_linear
+
+
+def _conv(name, x, channels, bias, wd, fmt, dtype):
+  """Builds the convolution layer name on x (of channels channels): 64 5x5
+  kernels (decayed by wd), stride 1, biases from bias, a ReLU; returns its
+  output."""
+  with tf1.variable_scope(name) as scope:
+    kernel = _variable_with_weight_decay('weights', shape=[5, 5, channels, 64],
+                                         stddev=5e-2, wd=wd, dtype=dtype)
+    conv = tf.nn.conv2d(x, kernel, [1, 1, 1, 1], padding='SAME',
+                        data_format=fmt)
+    biases = _variable_on_cpu('biases', [64], tf1.constant_initializer(bias),
+                              dtype)
+    pre_activation = tf.nn.bias_add(conv, biases, data_format=fmt)
+    output = tf.nn.relu(pre_activation, name=scope.name)
+    _activation_summary(output)
+  return output
+
+
+def _local(name, x, units, dtype):
+  """Builds the fully connected layer name on x: units ReLUs, their
+  weights decayed by 0.004, their biases from 0.1; returns its output."""
+  with tf1.variable_scope(name) as scope:
+    if x.shape.ndims > 2:
+      # Each image's 6x6x64 activations as one row of 2304, so that one
+      # matmul serves the batch (of any size: the exported model takes any).
+      x = tf.reshape(x, [-1, int(np.prod(x.get_shape()[1:]))])
+    weights = _variable_with_weight_decay('weights',
+                                          shape=[int(x.shape[1]), units],
+                                          stddev=0.04, wd=0.004, dtype=dtype)
+    biases = _variable_on_cpu('biases', [units],
+                              tf1.constant_initializer(0.1), dtype)
+    output = tf.nn.relu(tf.matmul(x, weights) + biases, name=scope.name)
+    _activation_summary(output)
+  return output
 
 
 def loss(logits, labels, label_smoothing=0.0):
@@ -354,14 +310,8 @@ def _smoothed_cross_entropy(logits, labels, smoothing):
 
 
 def _add_loss_summaries(total_loss):
-  """Adds summaries of every loss term and the total, raw and averaged.
-
-  Args:
-    total_loss: the total loss from loss().
-
-  Returns:
-    The op that updates the moving averages of the losses.
-  """
+  """Adds summaries of every loss term and of total_loss (from loss()), raw
+  and averaged; returns the op that updates the losses' moving averages."""
   with tf1.name_scope('loss_averages'):
     # Compute the moving average of all individual losses and the total
     # loss.
@@ -381,71 +331,43 @@ def learning_rate(global_step, examples_per_step, recipe=recipes.TUTORIAL):
   """Makes the learning rate of each step, as the recipe schedules it.
 
   The tutorial's (the default recipe): --initial_learning_rate, divided by
-  10 every 350 epochs, epochs counted in examples. With
-  --learning_rate_scaling=linear the rate is scaled to the step's size:
-  times examples_per_step / 128, the tutorial's batch (the linear scaling
-  rule of Goyal et al., 2017, for N towers training on N times the
-  batch). With --warmup_epochs=E it climbs linearly from
-  --initial_learning_rate to that rate over the first E epochs. Then
-  --lr_schedule=tutorial keeps the staircase; cosine and linear decay the
-  rate from there to zero at --train_epochs, along a half cosine or a
-  straight line.
+  10 every 350 epochs, epochs counted in examples. A recipe may scale the
+  rate to the step's examples, warm it up, or decay it to zero at
+  --train_epochs instead (machinery/recipe.py).
 
   Args:
     global_step: the global step tensor.
-    examples_per_step: examples one step consumes (over all towers and
-      workers).
+    examples_per_step: examples a step takes (all towers' and workers').
     recipe: a machinery.recipe.Recipe, the flags' values.
 
   Returns:
     The learning rate tensor, with a 'learning_rate' summary.
   """
   steps_per_epoch = NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN / examples_per_step
-  initial = recipe.initial_learning_rate
-  scaled = initial * (examples_per_step / TUTORIAL_BATCH_SIZE
-                      if recipe.learning_rate_scaling == 'linear' else 1)
-  warmup_steps = int(recipe.warmup_epochs * steps_per_epoch)
   with tf1.name_scope('learning_rate'):
     step = tf.identity(global_step)  # One read of it, for every use below.
     if recipe.lr_schedule == 'tutorial':
+      # Decay the learning rate exponentially based on the number of steps.
       lr = tf1.train.exponential_decay(
-          scaled, step, int(steps_per_epoch * NUM_EPOCHS_PER_DECAY),
+          recipe.scaled_rate(examples_per_step), step,
+          int(steps_per_epoch * NUM_EPOCHS_PER_DECAY),
           LEARNING_RATE_DECAY_FACTOR, staircase=True)
     else:
-      # From the end of the warm-up to the end of the budget, down to 0.
-      after_warmup = tf.maximum(step - warmup_steps, 0)
-      decay_steps = recipe.budget_steps(examples_per_step) - warmup_steps
-      if recipe.lr_schedule == 'cosine':
-        lr = tf1.train.cosine_decay(scaled, after_warmup, decay_steps)
-      else:
-        lr = tf1.train.polynomial_decay(scaled, after_warmup, decay_steps,
-                                        end_learning_rate=0.0, power=1.0)
-    if warmup_steps:
-      climbed = tf.cast(step, tf.float32) / warmup_steps
-      lr = tf.where(step < warmup_steps,
-                    initial + (scaled - initial) * climbed, lr)
+      lr = recipes.decay_to_zero(step, examples_per_step, recipe)
+    lr = recipes.warm_up(lr, step, examples_per_step, recipe)
     summaries.scalar_summary('learning_rate', lr)
   return lr
 
 
 def optimizer(lr, recipe=recipes.TUTORIAL, opts=options.DEFAULT):
   """Makes the recipe's optimizer at rate lr: the tutorial's gradient
-  descent, momentum, or LARS (machinery/lars.py). With opts' --use_fp16
-  it scales the loss (Options.loss_scale), its scale summarized as
-  'loss_scale'."""
+  descent, or momentum or LARS (machinery/recipe.py); with opts'
+  --use_fp16 it scales the loss (Options.scale_loss)."""
   if recipe.optimizer == 'sgd':
     opt = tf1.train.GradientDescentOptimizer(lr)
-  elif recipe.optimizer == 'momentum':
-    opt = tf1.train.MomentumOptimizer(lr, recipe.momentum,
-                                      use_nesterov=recipe.nesterov)
   else:
-    opt = lars.LARSOptimizer(lr, recipe.momentum, recipe.trust_coefficient,
-                             use_nesterov=recipe.nesterov)
-  scale = opts.loss_scale()
-  if scale is None:
-    return opt
-  summaries.scalar_summary('loss_scale', scale())
-  return tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, scale)
+    opt = recipes.momentum_optimizer(lr, recipe)
+  return opts.scale_loss(opt)
 
 
 def variable_averages(global_step=None):
@@ -472,16 +394,9 @@ def variable_summaries(grads):
 
 
 def apply_gradients(opt, grads, global_step):
-  """Applies the gradients, then tracks the variables' moving averages.
-
-  Args:
-    opt: the optimizer.
-    grads: (gradient, variable) pairs.
-    global_step: the global step, incremented by the update.
-
-  Returns:
-    train_op: op for one training step.
-  """
+  """Applies grads, (gradient, variable) pairs, with the optimizer opt and
+  increments global_step, then tracks the variables' moving averages;
+  returns the op of one training step."""
   apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
 
   # Add histograms for trainable variables and their gradients.
@@ -498,14 +413,13 @@ def apply_gradients(opt, grads, global_step):
 
 def train(total_loss, global_step, batch_size=BATCH_SIZE,
           recipe=recipes.TUTORIAL, opts=options.DEFAULT):
-  """Builds one step of gradient descent (or the recipe's optimizer), then
-  the moving averages.
+  """Builds one step of gradient descent (or the recipe's optimizer) on
+  total_loss, from loss(), then the moving averages.
 
   Args:
     total_loss: Total loss from loss().
     global_step: the global step, incremented by each step.
-    batch_size: the examples the loss is over, which the learning rate's
-      schedule counts.
+    batch_size: the examples the loss is over, for the rate's schedule.
     recipe: a machinery.recipe.Recipe: the learning rate and optimizer.
     opts: the options.Options the model was built with (the loss scale).
 
@@ -528,30 +442,8 @@ def train(total_loss, global_step, batch_size=BATCH_SIZE,
 
 def maybe_download_and_extract(data_dir=DATA_DIR, data_url=download.DATA_URL,
                                data_md5=''):
-  """Downloads and extracts the data into data_dir, or raises
-  errors.DataError (machinery/download.py).
-
-  Args:
-    data_dir: where the data goes.
-    data_url: where to get the archive: an http(s):// or file:// URL.
-    data_md5: the md5 it must have; '': the official md5 for the official
-      URL, no check for other URLs.
-  """
+  """Downloads the archive from data_url (an http(s):// or file:// URL) and
+  extracts it into data_dir, unless it is there; checks its md5 (data_md5,
+  or the official one for the official URL); raises errors.DataError
+  (machinery/download.py)."""
   download.maybe_download_and_extract(data_dir, data_url, data_md5)
-
-
-def train_flops_per_example():
-  """Counts the flops of the convolutions and matmuls of one example's
-  training step: forward, plus the gradients of every weight and of every
-  layer's input except the images, 2 flops per multiply-add (benchmark.py
-  sets a step's speed against the machine's peak with it).
-
-  Returns:
-    The flop count (about 105 million).
-  """
-  conv1 = IMAGE_SIZE * IMAGE_SIZE * (5 * 5 * 3) * 64
-  conv2 = (IMAGE_SIZE // 2) ** 2 * (5 * 5 * 64) * 64
-  dense = 2304 * 384 + 384 * 192 + 192 * NUM_CLASSES
-  forward = conv1 + conv2 + dense
-  backward = 2 * forward - conv1
-  return 2 * (forward + backward)

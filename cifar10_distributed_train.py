@@ -54,13 +54,12 @@ from machinery import cli
 from machinery import cluster
 from machinery import errors
 from machinery import hardware
-from machinery import memory
 from machinery import noise_scale
 from machinery import options
 from machinery import ps_task
 from machinery import recipe as recipes
 from machinery import session
-from machinery import towers
+from machinery import summaries
 from machinery import worker_session
 import tensorflow as tf
 
@@ -91,16 +90,17 @@ flags.adopt_module_key_flags(cifar10)
 # or a worker does with it.
 
 
-def build_worker_graph(task, local_devices, sync_replicas,
+def build_worker_graph(task, batches, local_devices, sync_replicas,
                        recipe=recipes.TUTORIAL, opts=options.DEFAULT,
                        measure_noise=True):
-  """Builds a worker's graph for parameter-server mode, in the default graph.
+  """Builds a worker's step for parameter-server mode, in the default graph.
 
   The multi-GPU trainer's towers and average on the worker; the variables
   on the ps tasks; with sync_replicas, one update from every worker.
 
   Args:
     task: the worker's cluster.Task.
+    batches: the towers' (images, labels) pairs, built on the worker's CPU.
     local_devices: the towers' devices on the worker, e.g. ['/gpu:0'].
     sync_replicas: --sync_replicas.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
@@ -117,14 +117,13 @@ def build_worker_graph(task, local_devices, sync_replicas,
   with tf1.device(tf1.train.replica_device_setter(
       ps_device='/job:ps/cpu:0', worker_device=task.device('/cpu:0'),
       cluster=task.cluster_spec())):
-    batches = cifar10.distorted_batches(len(local_devices), FLAGS.data_dir,
-                                        FLAGS.batch_size, opts, FLAGS.hold_out)
     global_step = tf1.train.get_or_create_global_step()
     # The learning rate counts the examples of one update: with
     # sync_replicas a batch from every worker.
+    examples = sum(int(images.shape[0]) for images, _ in batches)
     opt = cifar10.optimizer(cifar10.learning_rate(
-        global_step, towers.examples(batches) * (
-            num_workers if sync_replicas else 1), recipe), recipe, opts)
+        global_step, examples * (num_workers if sync_replicas else 1),
+        recipe), recipe, opts)
 
     # The multi-GPU trainer's towers, averaged on this worker.
     tower_grads, tower_losses = multi.tower_gradients(
@@ -152,13 +151,18 @@ def build_worker_graph(task, local_devices, sync_replicas,
     train_op = noise_scale.track(train_op, tower_grads, grads,
                                  int(batches[0][0].shape[0]),
                                  measure=measure_noise)
-  return towers.built(train_op, tower_losses) + (
-      opt if sync_replicas else None,)
+  # The step line reports the last tower's loss, TensorBoard shows its
+  # summaries, as the multi-GPU trainer's.
+  last = len(local_devices) - 1
+  return (train_op, tower_losses[last], tf1.train.Scaffold(
+      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last)),
+          opt if sync_replicas else None)
 
 
-def build_allreduce_graph(task, local_devices, recipe=recipes.TUTORIAL,
-                          opts=options.DEFAULT, measure_noise=True):
-  """Builds a worker's graph for all-reduce mode, in the default graph.
+def build_allreduce_graph(task, batches, local_devices,
+                          recipe=recipes.TUTORIAL, opts=options.DEFAULT,
+                          measure_noise=True, peer_timeout_secs=0):
+  """Builds a worker's step for all-reduce mode, in the default graph.
 
   The worker's own variables, on its towers as the multi-GPU trainer's
   --variable_update=replicated has them; one all-reduce over the towers
@@ -166,26 +170,30 @@ def build_allreduce_graph(task, local_devices, recipe=recipes.TUTORIAL,
 
   Args:
     task: the worker's cluster.Task.
+    batches: the towers' (images, labels) pairs, built on the worker's CPU.
     local_devices: the towers' devices on the worker, all distinct.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
     opts: the options for speed, a machinery.options.Options.
     measure_noise: measure the gradient noise scale of all its towers.
+    peer_timeout_secs: how long to wait for a peer that does not come
+      (--peer_timeout_secs); 0: for ever.
 
   Returns:
     (train_op, loss, scaffold).
   """
+  devices = [task.device(d) for d in local_devices]
+  build = cifar10_replicated.builder(devices, multi.tower_loss,
+                                     gpus_shared=cluster.gpus_shared(
+                                         task, len(local_devices), len(
+                                             tf.config.list_physical_devices(
+                                                 'GPU'))))
   with tf.device(task.device('/cpu:0')):
-    batches = cifar10.distorted_batches(len(local_devices), FLAGS.data_dir,
-                                        FLAGS.batch_size, opts, FLAGS.hold_out)
-    return cifar10_replicated.build_train_op(
-        batches, [task.device(d) for d in local_devices], multi.tower_loss,
-        recipe, opts, measure_noise, num_workers=len(task.worker_hosts),
+    return build(
+        batches, devices, recipe, opts, measure_noise,
+        num_workers=len(task.worker_hosts),
         broadcast=lambda variables: worker_session.broadcast_from_chief(
-            task, variables, FLAGS.peer_timeout_secs),
-        timeout_secs=FLAGS.peer_timeout_secs,
-        gpus_shared=cluster.gpus_shared(
-            task, len(local_devices),
-            len(tf.config.list_physical_devices('GPU'))))
+            task, variables, peer_timeout_secs),
+        timeout_secs=peer_timeout_secs)
 
 
 def run_training(server, task, mode, local_devices, config,
@@ -214,7 +222,8 @@ def run_training(server, task, mode, local_devices, config,
   # all-reduce or synchronous replicas, every worker's.
   examples_per_step = FLAGS.batch_size * FLAGS.num_gpus
   last = session.last_step(examples_per_step * (
-      len(task.worker_hosts) if all_reduce or FLAGS.sync_replicas else 1))
+      len(task.worker_hosts) if all_reduce or FLAGS.sync_replicas else 1),
+                           recipe)
   role = worker_session.WorkerRole(
       server.target, task, own_variables=all_reduce,
       train_dir=FLAGS.train_dir, max_steps=last,
@@ -223,13 +232,19 @@ def run_training(server, task, mode, local_devices, config,
   hooks = role.hooks()
   with tf.Graph().as_default():
     # With --seed, the same run every time; each worker its own batches.
-    session.seed_graph(offset=task.task_index)
+    session.seed_graph(FLAGS.seed, offset=task.task_index)
+    # The worker's input pipeline, on its CPU: a batch for each tower.
+    with tf.device(task.device('/cpu:0')):
+      batches = cifar10.distorted_batches(FLAGS.data_dir, FLAGS.batch_size,
+                                          len(local_devices), opts,
+                                          FLAGS.hold_out)
     if all_reduce:
       train_op, loss, scaffold = build_allreduce_graph(
-          task, local_devices, recipe, opts, FLAGS.gradient_noise_scale)
+          task, batches, local_devices, recipe, opts,
+          FLAGS.gradient_noise_scale, FLAGS.peer_timeout_secs)
     else:
       train_op, loss, scaffold, sync = build_worker_graph(
-          task, local_devices, FLAGS.sync_replicas, recipe, opts,
+          task, batches, local_devices, FLAGS.sync_replicas, recipe, opts,
           FLAGS.gradient_noise_scale)
       hooks += worker_session.ps_mode_hooks(task, sync,
                                             FLAGS.stall_report_secs)
@@ -243,7 +258,7 @@ def run_training(server, task, mode, local_devices, config,
     # The multi-GPU trainer's session and loop, as this worker of the
     # cluster; the step line counts this worker's examples.
     return session.train_until_done(
-        train_op, loss, examples_per_step, num_towers=FLAGS.num_gpus,
+        train_op, loss, examples_per_step, recipe, num_towers=FLAGS.num_gpus,
         last=last, hooks=hooks, config=config, scaffold=scaffold, role=role,
         log_prefix=role.log_prefix)
 
@@ -293,10 +308,7 @@ def main(argv=None):  # pylint: disable=unused-argument
     return
 
   # A worker: its towers' devices, its server, then training.
-  memory.check_step_fits(cifar10.inference, cifar10.loss, FLAGS.batch_size,
-                         towers=FLAGS.num_gpus)
-  cifar10.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
-                                     FLAGS.data_md5)
+  session.fit_and_fetch(cifar10, towers=FLAGS.num_gpus)
   local_devices, config = hardware.tower_devices(
       FLAGS.num_gpus, FLAGS.virtual_gpus or all_reduce)
   cluster.take_local_gpus(task, FLAGS.num_gpus, config)

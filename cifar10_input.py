@@ -9,7 +9,7 @@ the model. The files get there with cifar10.maybe_download_and_extract()
 
 Usage in graph mode:
 
-  (images, labels), = distorted_batches(data_dir, batch_size, 1)
+  images, labels = distorted_inputs(data_dir, batch_size)
   with tf.compat.v1.Session() as sess:
     sess.run(tf.compat.v1.global_variables_initializer())
     print(sess.run(labels))
@@ -62,6 +62,14 @@ MAX_FILE_BYTES = download.MAX_MEMBER_BYTES
 # min_fraction_of_examples_in_queue), and threads for preprocessing.
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 NUM_PREPROCESS_THREADS = 16
+
+
+def buffered_bytes(batch_size, num_batches):
+  """Returns the bytes the training pipeline holds: the raw records of its
+  shuffle buffer and the 2 x num_batches float32 batches it makes ahead."""
+  shuffle = int(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN *
+                MIN_FRACTION_OF_EXAMPLES_IN_QUEUE) * RECORD_BYTES
+  return shuffle + 2 * num_batches * batch_size * IMAGE_SIZE ** 2 * DEPTH * 4
 
 
 def check_data_file(filename, data_dir):
@@ -296,6 +304,21 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False):
     # Display the training images in the visualizer.
     summaries.image_summary('images', batches[-1][0])
   return batches
+
+
+def distorted_inputs(data_dir, batch_size, hold_out=False):
+  """Constructs distorted input for CIFAR training: one batch a step.
+
+  Args:
+    data_dir: path to the CIFAR-10 data directory.
+    batch_size: number of images per batch.
+    hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
+
+  Returns:
+    images: float32 [batch_size, 24, 24, 3] tensor.
+    labels: int32 [batch_size] tensor.
+  """
+  return distorted_batches(data_dir, batch_size, 1, hold_out)[0]
 
 
 def inputs(eval_data, data_dir, batch_size, held_out=False):

@@ -85,45 +85,48 @@ def layer_placer(devices):
   return device_of
 
 
-def build_train_op(devices, recipe=recipes.TUTORIAL, opts=options.DEFAULT):
+def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
+                   opts=options.DEFAULT):
   """Builds the split model and its training step in the default graph.
 
   Args:
+    batches: [(images, labels)], the one batch the two parts share.
     devices: the two devices, one per part.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
     opts: the options for speed, a machinery.options.Options.
 
   Returns:
-    train_op: op for one training step.
-    loss: the total loss tensor.
+    (train_op, the total loss the step line reports, a
+    tf.compat.v1.train.Scaffold), as every trainer's build_train_op.
   """
+  # The single-tower trainer's step, each layer with its variables on the
+  # device of its part. The activations between the parts, and their
+  # gradient, are copied from one device to the other.
   with tf1.device(layer_placer(devices)):
-    # The input pipeline on the CPU, as in cifar10_train.py.
-    with tf.device('/cpu:0'):
-      images, labels = cifar10.distorted_inputs(FLAGS.data_dir,
-                                                FLAGS.batch_size, opts,
-                                                FLAGS.hold_out)
-    # The single-tower trainer's step, each layer with its variables on the
-    # device of its part. The activations between the parts, and their
-    # gradient, are copied from one device to the other.
-    return cifar10_train.build_train_op(images, labels, recipe, opts)
+    return cifar10_train.build_train_op(batches, [''], recipe, opts)
 
 
 def run_training(recipe, opts):
   """Builds the graph and trains it until --max_steps (or --train_epochs)."""
   with tf.Graph().as_default():
-    session.seed_graph()  # With --seed, the same run every time.
+    session.seed_graph(FLAGS.seed)  # With --seed, the same run every time.
     devices, config = hardware.tower_devices(
         len(PARTS), FLAGS.virtual_gpus, what='part')
-    train_op, loss = build_train_op(devices, recipe, opts)
-    session.train_until_done(train_op, loss, FLAGS.batch_size, config=config)
+    # The input pipeline on the CPU, as in cifar10_train.py.
+    with tf.device('/cpu:0'):
+      batch = cifar10.distorted_inputs(FLAGS.data_dir, FLAGS.batch_size, opts,
+                                       FLAGS.hold_out)
+    train_op, loss, scaffold = build_train_op([batch], devices, recipe, opts)
+    session.train_until_done(train_op, loss, FLAGS.batch_size, recipe,
+                             config=config, scaffold=scaffold)
 
 
 def main(argv=None):  # pylint: disable=unused-argument
+  recipe, opts = recipes.from_flags(), options.from_flags()
   # Nothing to do at --max_steps; one line if a step would not fit.
-  if session.ready_to_train(cifar10, FLAGS.batch_size, towers=1):
-    run_training(recipes.from_flags(), options.from_flags())
+  if session.ready_to_train(cifar10, recipe, FLAGS.batch_size, towers=1):
+    run_training(recipe, opts)
 
 
 if __name__ == '__main__':
-  cli.run_main(main, defaults={'max_steps': cifar10_train.MAX_STEPS})
+  cli.run_main(main)

@@ -49,7 +49,6 @@ from machinery import options
 from machinery import recipe as recipes
 from machinery import session
 from machinery import summaries
-from machinery import towers
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -69,8 +68,8 @@ MAX_STEPS = 1000000
 
 # Read on top to bottom: tower_loss (one tower), tower_gradients (a tower on
 # every device, all sharing the variables), average_gradients (where the
-# towers synchronize), build_train_op (one step), build_graph (the input
-# and the towers on their devices), run_training (the loop).
+# towers synchronize), build_train_op (one step), build_graph (the input and
+# the towers on their devices) and run_training (the loop).
 
 
 def tower_loss(scope, images, labels, recipe=recipes.TUTORIAL,
@@ -102,7 +101,7 @@ def tower_loss(scope, images, labels, recipe=recipes.TUTORIAL,
   # Raw values, as '(raw)' says in cifar10_train.py's TensorBoard, whose
   # plain tags are moving averages.
   for l in losses:
-    loss_name = re.sub('%s_[0-9]*/' % towers.TOWER_NAME, '', l.op.name)
+    loss_name = re.sub('%s_[0-9]*/' % cifar10.TOWER_NAME, '', l.op.name)
     summaries.scalar_summary(loss_name + ' (raw)', l)
   summaries.scalar_summary('total_loss (raw)', total_loss)
   return total_loss
@@ -125,19 +124,22 @@ def tower_gradients(opt, batches, devices, recipe=recipes.TUTORIAL,
   """
   tower_grads, tower_losses = [], []
   with tf1.variable_scope(tf1.get_variable_scope()):
-    # Tower i on devices[i], in the name scope 'tower_i'.
-    for _, scope, images, labels in towers.each(batches, devices):
-      # The whole model on this tower's batch. tf.get_variable() in it
-      # makes the variables in tower 0 and finds them in the others: every
-      # tower shares them.
-      loss = tower_loss(scope, images, labels, recipe, opts)
+    for i in range(len(devices)):
+      # Tower i: on its own device, in its own name scope, 'tower_i'.
+      with tf.device(devices[i]):
+        with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
+          # The whole model on this tower's batch. tf.get_variable() in it
+          # makes the variables in tower 0 and finds them in the others:
+          # every tower shares them.
+          images, labels = batches[i]
+          loss = tower_loss(scope, images, labels, recipe, opts)
 
-      # From here on, get the existing variables; make none.
-      tf1.get_variable_scope().reuse_variables()
+          # From here on, get the existing variables; make none.
+          tf1.get_variable_scope().reuse_variables()
 
-      # This tower's gradients with respect to the shared variables.
-      tower_grads.append(opt.compute_gradients(loss))
-      tower_losses.append(loss)
+          # This tower's gradients with respect to the shared variables.
+          tower_grads.append(opt.compute_gradients(loss))
+          tower_losses.append(loss)
   return tower_grads, tower_losses
 
 
@@ -188,9 +190,11 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
   global_step = tf1.train.get_or_create_global_step()
 
   # The learning rate decays every 350 epochs: count all towers' examples.
-  lr = cifar10.learning_rate(global_step, towers.examples(batches), recipe)
+  examples = sum(int(images.shape[0]) for images, _ in batches)
+  lr = cifar10.learning_rate(global_step, examples, recipe)
 
-  # One optimizer, on the shared variables: gradient descent.
+  # One optimizer, on the shared variables: the tutorial's gradient descent,
+  # or the recipe's.
   opt = cifar10.optimizer(lr, recipe, opts)
 
   # One tower per device, each computing the gradients of its own batch.
@@ -210,17 +214,22 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
 
   # As the tutorial's, the step line reports the last tower's loss and
   # TensorBoard shows the last tower's summaries, beside the shared ones.
-  return towers.built(train_op, tower_losses)
+  last = len(devices) - 1
+  return train_op, tower_losses[last], tf1.train.Scaffold(
+      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last))
 
 
-def build_graph(num_towers, virtual, variable_update, recipe=recipes.TUTORIAL,
-                opts=options.DEFAULT, measure_noise=True):
-  """Builds the trainer's graph, input pipeline included.
+def build_graph(data_dir, batch_size, num_towers, virtual=False,
+                variable_update=cifar10_replicated.PARAMETER_SERVER,
+                recipe=recipes.TUTORIAL, opts=options.DEFAULT,
+                measure_noise=True, hold_out=False):
+  """Builds the trainer's graph: the towers on their devices, and the input
+  they share.
 
   Args:
+    data_dir, batch_size, hold_out: the input's (cifar10.distorted_batches).
     num_towers: number of towers.
-    virtual: --virtual_gpus: split a device where there are too few
-      (hardware.tower_devices).
+    virtual: --virtual_gpus: split a device where there are too few.
     variable_update: how the towers share the variables, --variable_update.
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
     opts: the options for speed, a machinery.options.Options.
@@ -229,15 +238,20 @@ def build_graph(num_towers, virtual, variable_update, recipe=recipes.TUTORIAL,
   Returns:
     (train_op, loss, scaffold, the tf.compat.v1.ConfigProto for the session).
   """
-  # The variables shared on /cpu:0 (build_train_op above), or the other way:
-  # a copy on every tower's own device (cifar10_replicated.py).
-  build, own_devices = cifar10_replicated.way(variable_update, build_train_op,
-                                              tower_loss)
-  devices, config = hardware.tower_devices(num_towers, virtual or own_devices)
+  # A device for each tower (machinery/hardware.py): GPU i, or with
+  # --virtual_gpus a virtual GPU (a virtual CPU device without a GPU). A
+  # tower with a copy of its own of the variables needs its own device.
+  replicated = variable_update == cifar10_replicated.REPLICATED
+  devices, config = hardware.tower_devices(num_towers, virtual or replicated)
+
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
-    batches = cifar10.distorted_batches(num_towers, FLAGS.data_dir,
-                                        FLAGS.batch_size, opts, FLAGS.hold_out)
+    batches = cifar10.distorted_batches(data_dir, batch_size, num_towers, opts,
+                                        hold_out)
+    # The towers and their update: on the variables shared here, or on a
+    # copy per tower, with an all-reduce (cifar10_replicated.py).
+    build = (cifar10_replicated.builder(devices, tower_loss) if replicated
+             else build_train_op)
     train_op, loss, scaffold = build(batches, devices, recipe, opts,
                                      measure_noise)
   return train_op, loss, scaffold, config
@@ -247,15 +261,16 @@ def run_training(recipe, opts):
   """Builds the towers and trains them until --max_steps (or
   --train_epochs)."""
   with tf.Graph().as_default():
-    session.seed_graph()  # With --seed, the same run every time.
+    session.seed_graph(FLAGS.seed)  # With --seed, the same run every time.
     train_op, loss, scaffold, config = build_graph(
-        FLAGS.num_gpus, FLAGS.virtual_gpus, FLAGS.variable_update, recipe,
-        opts, FLAGS.gradient_noise_scale)
+        FLAGS.data_dir, FLAGS.batch_size, FLAGS.num_gpus, FLAGS.virtual_gpus,
+        FLAGS.variable_update, recipe, opts, FLAGS.gradient_noise_scale,
+        FLAGS.hold_out)
 
     # As the single-tower trainer's session, the step line counting the
     # examples of every tower, and sec/batch a tower's share of the step.
     with session.training_session(
-        loss, examples_per_step=FLAGS.batch_size * FLAGS.num_gpus,
+        loss, FLAGS.batch_size * FLAGS.num_gpus, recipe,
         num_towers=FLAGS.num_gpus, config=config,
         scaffold=scaffold) as mon_sess:
       while not mon_sess.should_stop():
@@ -263,10 +278,11 @@ def run_training(recipe, opts):
 
 
 def main(argv=None):  # pylint: disable=unused-argument
+  recipe, opts = recipes.from_flags(), options.from_flags()
   # Nothing to do at --max_steps; one line if a step would not fit.
-  if session.ready_to_train(cifar10, FLAGS.batch_size * FLAGS.num_gpus,
+  if session.ready_to_train(cifar10, recipe, FLAGS.batch_size * FLAGS.num_gpus,
                             towers=FLAGS.num_gpus):
-    run_training(recipes.from_flags(), options.from_flags())
+    run_training(recipe, opts)
 
 
 if __name__ == '__main__':

@@ -28,12 +28,14 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import functools
+
 import cifar10
 from machinery import hardware
 from machinery import noise_scale
 from machinery import options
 from machinery import recipe as recipes
-from machinery import towers
+from machinery import summaries
 import numpy as np
 import tensorflow as tf
 
@@ -119,18 +121,24 @@ def _towers(opt, batches, devices, tower_loss, recipe, opts):
   """
   tower_grads, tower_losses = [], []
   with tf1.variable_scope(tf1.get_variable_scope()) as root:
-    for i, scope, images, labels in towers.each(batches, devices):
-      # Tower 0 makes the model's variables; tower i its copies under
-      # 'tower_i/', on its own device.
-      with tf1.variable_scope(scope[:-1] if i else root,
-                              auxiliary_name_scope=False,
-                              custom_getter=_replica_getter(devices[i], i)):
-        loss = tower_loss(scope, images, labels, recipe, opts)
-      # The gradients with respect to the tower's own copy.
-      var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
-                  if i else tf1.trainable_variables())
-      tower_grads.append(opt.compute_gradients(loss, var_list=var_list))
-      tower_losses.append(loss)
+    for i in range(len(devices)):
+      # Tower i on its own device, in the name scope 'tower_i', as the
+      # multi-GPU trainer builds its towers.
+      with tf.device(devices[i]):
+        with tf1.name_scope('%s_%d' % (cifar10.TOWER_NAME, i)) as scope:
+          # Tower 0 makes the model's variables; tower i its copies under
+          # 'tower_i/', on its own device.
+          images, labels = batches[i]
+          with tf1.variable_scope(scope[:-1] if i else root,
+                                  auxiliary_name_scope=False,
+                                  custom_getter=_replica_getter(devices[i],
+                                                                i)):
+            loss = tower_loss(scope, images, labels, recipe, opts)
+          # The gradients with respect to the tower's own copy.
+          var_list = (tf1.get_collection(tf1.GraphKeys.LOCAL_VARIABLES, scope)
+                      if i else tf1.trainable_variables())
+          tower_grads.append(opt.compute_gradients(loss, var_list=var_list))
+          tower_losses.append(loss)
   return tower_grads, tower_losses
 
 
@@ -149,30 +157,30 @@ def _copy_to_replicas(tower_grads, broadcast):
           for (_, var), (_, replica) in zip(tower_grads[0], replica_grads)])
 
 
-def way(variable_update, shared, tower_loss):
-  """Chooses how the multi-GPU trainer's towers share the variables.
+def builder(devices, tower_loss, gpus_shared=False):
+  """Chooses the all-reduce for towers on devices, and says which.
 
   Args:
-    variable_update: PARAMETER_SERVER or REPLICATED (--variable_update).
-    shared: the trainer's own build_train_op, on variables shared on
-      /cpu:0.
-    tower_loss: its function (scope, images, labels, recipe, opts) -> one
-      tower's total loss, which the replicated towers build too.
+    devices: the towers' devices, all distinct.
+    tower_loss: function (scope, images, labels, recipe, opts) -> one
+      tower's total loss (cifar10_multi_gpu_train.tower_loss).
+    gpus_shared: other workers' towers run on these GPUs too.
 
   Returns:
-    (a function (batches, devices, recipe, opts, measure_noise) -> what
-    build_train_op returns, whether each tower needs a device of its own).
+    A function (batches, devices, recipe, opts, measure_noise, **kwargs) ->
+    what build_train_op returns: build_train_op with that all-reduce and
+    tower_loss.
   """
-  if variable_update != REPLICATED:
-    return shared, False
-  return (lambda batches, devices, recipe, opts, measure_noise:
-          build_train_op(batches, devices, tower_loss, recipe, opts,
-                         measure_noise)), True
+  communication, line = hardware.all_reduce_between(devices, gpus_shared)
+  print(line)
+  return functools.partial(build_train_op, tower_loss=tower_loss,
+                           communication=communication)
 
 
-def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
-                   opts=options.DEFAULT, measure_noise=True, num_workers=1,
-                   broadcast=None, timeout_secs=0, gpus_shared=False):
+def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
+                   opts=options.DEFAULT, measure_noise=True, *, tower_loss,
+                   communication='ring', num_workers=1, broadcast=None,
+                   timeout_secs=0):
   """Builds one tower per device, each with its own copy of the variables,
   and the synchronous update of them all.
 
@@ -182,11 +190,12 @@ def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
   Args:
     batches: list of (images, labels) pairs, one per tower.
     devices: list of distinct device names, one per tower.
-    tower_loss: function (scope, images, labels, recipe, opts) -> the
-      tower's total loss (cifar10_multi_gpu_train.tower_loss).
     recipe: the learning rate and optimizer, a machinery.recipe.Recipe.
     opts: the options for speed, a machinery.options.Options.
     measure_noise: measure the gradient noise scale (machinery/noise_scale).
+    tower_loss: function (scope, images, labels, recipe, opts) -> the
+      tower's total loss (cifar10_multi_gpu_train.tower_loss).
+    communication: the all-reduce's, 'nccl' or 'ring' (builder).
     num_workers: workers running these towers each step; the all-reduce
       averages the towers of all of them.
     broadcast: None, or a function of the list of global variables that
@@ -194,7 +203,6 @@ def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
       initialized or restored (the distributed trainer).
     timeout_secs: how long the all-reduce waits for a tower that does not
       come; 0: for ever.
-    gpus_shared: other workers' towers run on these GPUs too.
 
   Returns:
     (train_op, the last tower's loss (for the step line), the
@@ -202,16 +210,14 @@ def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
     that fills the copies).
   """
   global_step = tf1.train.get_or_create_global_step()
+  examples = sum(int(images.shape[0]) for images, _ in batches)
   opt = cifar10.optimizer(cifar10.learning_rate(
-      global_step, num_workers * towers.examples(batches), recipe), recipe,
-                          opts)
+      global_step, num_workers * examples, recipe), recipe, opts)
   tower_grads, tower_losses = _towers(opt, batches, devices, tower_loss,
                                       recipe, opts)
 
   # Each tower gets the mean gradient and applies it to its own copy, all
   # in one update (one loss-scale check, one global step).
-  communication, line = hardware.all_reduce_between(devices, gpus_shared)
-  print(line)
   reduced = all_reduce_mean(tower_grads, devices, num_workers * len(devices),
                             timeout_secs, communication)
   # With it, the gradient noise scale, from the towers' gradients and tower
@@ -222,5 +228,7 @@ def build_train_op(batches, devices, tower_loss, recipe=recipes.TUTORIAL,
       num_workers * len(devices), measure_noise)
   # The step line reports the last tower's loss, TensorBoard shows its
   # summaries, as with shared variables.
-  return towers.built(train_op, tower_losses,
-                      local_init_op=_copy_to_replicas(tower_grads, broadcast))
+  last = len(devices) - 1
+  return train_op, tower_losses[last], tf1.train.Scaffold(
+      summary_op=summaries.tower_summary_op(cifar10.TOWER_NAME, last),
+      local_init_op=_copy_to_replicas(tower_grads, broadcast))

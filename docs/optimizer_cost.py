@@ -50,9 +50,9 @@ def timer(data_dir, the_recipe, opts, warmup):
   graph = tf.Graph()
   with graph.as_default():
     with tf.device('/cpu:0'):
-      images, labels = cifar10.distorted_inputs(data_dir, BATCH, opts)
-    train_op, _ = cifar10_train.build_train_op(images, labels, the_recipe,
-                                               opts)
+      batch = cifar10.distorted_inputs(data_dir, BATCH, opts)
+    train_op, _, _ = cifar10_train.build_train_op([batch], [''], the_recipe,
+                                                  opts)
     inits = [tf1.global_variables_initializer(),
              tf1.local_variables_initializer()]
   sess = tf1.Session(graph=graph, config=hardware.session_config())
@@ -70,7 +70,6 @@ def main():
   p.add_argument('--steps', type=int, default=40)
   p.add_argument('--warmup', type=int, default=20)
   args = p.parse_args()
-  tf1.disable_control_flow_v2()
   opts = options.DEFAULT._replace(use_bf16=args.bf16)
   timers = {name: (timer(args.data_dir, r, opts, args.warmup), BATCH)
             for name, r in RECIPES.items()}

@@ -13,15 +13,20 @@ you run; this package holds what they stand on:
   lock            one trainer per --train_dir
   step_hooks      what runs at every step: the step line, NaN, Ctrl-C
   checkpoints     the newest readable checkpoint; moved run directories
+  memory          whether a step fits in memory, before the first
   summaries       TensorBoard summaries tagged the tutorial's way
   hardware        GPUs, where the towers go on them; session configs
   options         the options for speed: precision, layout, XLA
+  recipe          how the model trains: the rate's schedule, the optimizer
+  lars            LARS, the optimizer of large batches
+  noise_scale     the gradient noise scale, from the towers' gradients
   lrn             the tutorial's LRN, made fast on CPUs
   cluster         a distributed task's cluster, from flags or TF_CONFIG
   ps_task         what a parameter-server task does: serve until done
   worker_session  a distributed worker's part in the session
   probes          what benchmark.py measures against: matmul peaks, oneDNN
   profiler        where a step's time goes, by layer and op
+  timing          rows timed in turns, so that a drifting machine slows all
   row_process     benchmark rows in a child process of other settings
 
 Importing the package sets up TensorFlow's environment before TensorFlow

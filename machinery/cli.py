@@ -120,11 +120,6 @@ def run_main(main, takes_arguments=False, defaults=None):
       tf1.logging.set_verbosity(tf1.logging.WARN)
     check_path_flags()
     _precision_notice()
-    # TF1's control flow: a tf.cond in the graph is Switch and Merge ops
-    # where it stands, not a function of its own in the graph's library
-    # (TensorBoard would draw dozens of them beside the model, and push
-    # the towers aside among them).
-    tf1.disable_control_flow_v2()
     return main(argv)
   try:
     app.run(checked_main, flags_parser=_parse_flags)

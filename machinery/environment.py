@@ -42,6 +42,17 @@ def cpu_flags():
             for word in line.split(':', 1)[1].split()}
 
 
+def cpu_name():
+  """Returns the CPU's model name ('AMD EPYC', 'Intel(R) Xeon(R) ...'), or
+  'a CPU' where /proc/cpuinfo does not say."""
+  if os.path.exists(CPUINFO):
+    with open(CPUINFO) as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  return 'a CPU'
+
+
 def cpu_class(flags):
   """Names the class of an x86 CPU that decides this model's speed.
 

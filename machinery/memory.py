@@ -3,8 +3,7 @@
 A batch too large for the memory ends, on a CPU, with the kernel's OOM
 killer: 'Killed', no word of what happened. So each trainer asks first:
 
-  memory.check_step_fits(cifar10.inference, cifar10.loss, batch_size=8192,
-                         towers=1)
+  memory.check_step_fits(cifar10, batch_size=8192, towers=1)
 
 which estimates what a step needs and compares it with what the process
 may still take, and raises errors.OutOfMemoryError, naming the largest
@@ -15,7 +14,7 @@ batch that fits, where it would not fit. The estimate, in bytes:
 - now: this process's resident memory (TensorFlow loaded);
 - RUNTIME: the session, the graph and oneDNN's caches, measured;
 - the input's buffers: the shuffle buffer of raw records and the batches
-  made ahead (cifar10_input.py);
+  made ahead (cifar10_input.buffered_bytes);
 - per example: every tensor the model's forward pass makes for one
   example (its layer shapes, counted off the graph), kept for the
   backward pass, and the gradient of the largest of them (conv1's
@@ -54,11 +53,6 @@ tf1 = tf.compat.v1
 RUNTIME_BYTES = 150 * 2 ** 20
 # Bytes held per activation element, float32 or bfloat16 (see above).
 ACTIVATION_BYTES = 4
-# The raw record the shuffle buffer holds, and the float image a batch
-# holds per example (cifar10_input.py).
-RECORD_BYTES = 3073
-IMAGE_BYTES = 24 * 24 * 3 * 4
-SHUFFLE_RECORDS = 20000
 # The share of the room the batch a refusal names leaves unused: the
 # estimate can fall a few percent under a step's real peak, and a peak
 # jumps at some batches (a 3 GB cgroup, cifar10_train.py on an AMX CPU:
@@ -71,26 +65,25 @@ _ALIASES = ('Reshape', 'Identity', 'Switch', 'Merge', 'Squeeze',
             'ExpandDims')
 
 
-def activation_elements(inference, loss, height=24, width=24):
+def activation_elements(model):
   """Counts the elements a step holds at its peak for one example: every
-  tensor the forward pass makes (the outputs of the ops build_loss adds),
-  and once more the largest of them, for its gradient.
+  tensor the forward pass makes (the outputs of the ops model's inference
+  and loss add), and once more the largest of them, for its gradient.
 
   Args:
-    inference: function(images) that builds the model: its logits.
-    loss: function(logits, labels) that builds its loss.
-    height, width: the images' size.
+    model: the model's module, cifar10: its inference, loss and IMAGE_SIZE.
 
   Returns:
     The count, an int.
   """
   # Counted in float32 whatever the precision: measured on CPUs, a step in
   # bfloat16 peaks as high as one in float32 (see above).
+  size = model.IMAGE_SIZE
   with tf.Graph().as_default() as graph:
-    images = tf1.placeholder(tf.float32, [1, height, width, 3])
+    images = tf1.placeholder(tf.float32, [1, size, size, 3])
     labels = tf1.placeholder(tf.int32, [1])
     before = set(graph.get_operations())
-    loss(inference(images), labels)  # Its default options: float32.
+    model.loss(model.inference(images), labels)  # Their defaults: float32.
     sizes = [0]
     for op in graph.get_operations():
       if op in before or op.type in _ALIASES:
@@ -108,13 +101,12 @@ def towers_alive(towers):
       os, 'sched_getaffinity') else os.cpu_count() or 1)
 
 
-def step_bytes(per_example, batch_size, towers):
-  """Returns the bytes a step adds to the process: runtime, input buffers
-  and the activations of the towers alive at once."""
-  inputs = SHUFFLE_RECORDS * RECORD_BYTES + (
-      2 * towers * batch_size * IMAGE_BYTES)
-  return (RUNTIME_BYTES + inputs + towers_alive(towers) * batch_size *
-          per_example * ACTIVATION_BYTES)
+def step_bytes(model, per_example, batch_size, towers):
+  """Returns the bytes a step adds to the process: runtime, the input's
+  buffers (model.buffered_bytes) and the activations of the towers alive
+  at once."""
+  return (RUNTIME_BYTES + model.buffered_bytes(batch_size, towers) +
+          towers_alive(towers) * batch_size * per_example * ACTIVATION_BYTES)
 
 
 def resident_bytes():
@@ -206,12 +198,12 @@ def available_bytes():
   return available, 'the memory available on this machine'
 
 
-def check_step_fits(inference, loss, batch_size, towers):
+def check_step_fits(model, batch_size, towers):
   """Stops, with one line, a trainer whose step would not fit in memory.
 
   Args:
-    inference: function(images) that builds the model: its logits.
-    loss: function(logits, labels) that builds its loss.
+    model: the model's module, cifar10: its inference, loss, IMAGE_SIZE
+      and buffered_bytes.
     batch_size: --batch_size, the examples of one tower.
     towers: the towers a step runs (on this CPU).
 
@@ -223,13 +215,13 @@ def check_step_fits(inference, loss, batch_size, towers):
   if tf.config.list_physical_devices('GPU') or not os.path.exists(
       '/proc/meminfo'):
     return  # The activations go to the GPU; or not Linux: no reading.
-  per_example = activation_elements(inference, loss)
-  need = step_bytes(per_example, batch_size, towers)
+  per_example = activation_elements(model)
+  need = step_bytes(model, per_example, batch_size, towers)
   room, limited_by = available_bytes()
   if room is None or need <= room:
     return
-  fixed = step_bytes(per_example, 0, towers)
-  per_batch = step_bytes(per_example, 1, towers) - fixed
+  fixed = step_bytes(model, per_example, 0, towers)
+  per_batch = step_bytes(model, per_example, 1, towers) - fixed
   largest = int(((1 - SPARE) * room - fixed) // per_batch)
   raise errors.OutOfMemoryError(
       'One step of %d tower%s of --batch_size=%d needs about %.1f GB of '

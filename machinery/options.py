@@ -10,7 +10,7 @@ model, which builds with them in one line each:
   with opts.compiled():                        # --xla
     ...
   conv = tf.nn.conv2d(..., data_format=opts.data_format())
-  scale = opts.loss_scale()                    # --use_fp16's loss scaling
+  opt = opts.scale_loss(opt)                   # --use_fp16's loss scaling
 
 PORTABLE builds the model in float32, channels last and uncompiled (the
 SavedModel cifar10_predict.py exports, which every CPU build of
@@ -25,6 +25,7 @@ import collections
 import contextlib
 
 from machinery import hardware
+from machinery import summaries
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -106,6 +107,15 @@ class Options(collections.namedtuple('Options', [
     if not self.xla:
       return contextlib.nullcontext()
     return tf1.xla.experimental.jit_scope()
+
+  def scale_loss(self, opt):
+    """Returns opt, or with --use_fp16 opt scaling the loss by
+    loss_scale(), its scale summarized as 'loss_scale'."""
+    scale = self.loss_scale()
+    if scale is None:
+      return opt
+    summaries.scalar_summary('loss_scale', scale())
+    return tf1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, scale)
 
   def loss_scale(self):
     """Makes --use_fp16's loss scale (--loss_scale); None without it.

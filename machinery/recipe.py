@@ -23,6 +23,10 @@ A script reads them once, from_flags(), and passes the Recipe down:
 
   recipe = recipe.from_flags()
   train_op = cifar10.train(loss, global_step, batch_size, recipe)
+
+cifar10.learning_rate and cifar10.optimizer build the tutorial's schedule
+and gradient descent themselves, and the rest of a recipe with the
+functions at the end of this module.
 """
 
 from __future__ import absolute_import
@@ -33,6 +37,7 @@ import collections
 import math
 
 from machinery import errors
+from machinery import lars
 import tensorflow as tf
 
 tf1 = tf.compat.v1
@@ -42,6 +47,7 @@ FLAGS = flags.FLAGS
 # Training examples in an epoch (as cifar10_input.py counts them).
 EXAMPLES_PER_EPOCH = 50000
 TUTORIAL_LEARNING_RATE = 0.1  # The tutorial's rate, --initial_learning_rate.
+TUTORIAL_BATCH_SIZE = 128  # The examples of a step it was set for.
 DEFAULT_MOMENTUM = 0.9
 # LARS's trust coefficient, eta, as You et al. (2017) trained with it.
 DEFAULT_TRUST_COEFFICIENT = 0.001
@@ -103,6 +109,19 @@ class Recipe(collections.namedtuple('Recipe', [
     return int(math.ceil(self.train_epochs * EXAMPLES_PER_EPOCH /
                          examples_per_step))
 
+  def scaled_rate(self, examples_per_step):
+    """Returns the rate after the warm-up: --initial_learning_rate, with
+    --learning_rate_scaling=linear times examples_per_step / 128 (the
+    linear scaling rule of Goyal et al., 2017, for N towers training on N
+    times the batch)."""
+    if self.learning_rate_scaling != 'linear':
+      return self.initial_learning_rate
+    return self.initial_learning_rate * examples_per_step / TUTORIAL_BATCH_SIZE
+
+  def warmup_steps(self, examples_per_step):
+    """Returns the steps of --warmup_epochs."""
+    return int(self.warmup_epochs * EXAMPLES_PER_EPOCH / examples_per_step)
+
   def last_step(self, max_steps, examples_per_step):
     """Returns the step training stops at: max_steps, or the end of
     --train_epochs if it comes first."""
@@ -162,3 +181,41 @@ def from_flags():
       trust_coefficient=FLAGS.lars_trust_coefficient,
       conv_weight_decay=FLAGS.conv_weight_decay,
       label_smoothing=FLAGS.label_smoothing))
+
+
+def decay_to_zero(step, examples_per_step, recipe):
+  """Returns the rate at step of --lr_schedule=cosine or linear: from the
+  scaled rate at the end of the warm-up down to 0 at --train_epochs,
+  along a half cosine or a straight line."""
+  warmup_steps = recipe.warmup_steps(examples_per_step)
+  after_warmup = tf.maximum(step - warmup_steps, 0)
+  decay_steps = recipe.budget_steps(examples_per_step) - warmup_steps
+  scaled = recipe.scaled_rate(examples_per_step)
+  if recipe.lr_schedule == 'cosine':
+    return tf1.train.cosine_decay(scaled, after_warmup, decay_steps)
+  return tf1.train.polynomial_decay(scaled, after_warmup, decay_steps,
+                                    end_learning_rate=0.0, power=1.0)
+
+
+def warm_up(lr, step, examples_per_step, recipe):
+  """Returns the rate at step with --warmup_epochs=E: climbing linearly from
+  --initial_learning_rate to the scaled rate over the first E epochs, lr
+  after them (lr itself without a warm-up)."""
+  warmup_steps = recipe.warmup_steps(examples_per_step)
+  if not warmup_steps:
+    return lr
+  initial = recipe.initial_learning_rate
+  scaled = recipe.scaled_rate(examples_per_step)
+  climbed = tf.cast(step, tf.float32) / warmup_steps
+  return tf.where(step < warmup_steps, initial + (scaled - initial) * climbed,
+                  lr)
+
+
+def momentum_optimizer(lr, recipe):
+  """Makes --optimizer=momentum's optimizer at rate lr (--momentum,
+  --nesterov), or LARS's (machinery/lars.py)."""
+  if recipe.optimizer == 'momentum':
+    return tf1.train.MomentumOptimizer(lr, recipe.momentum,
+                                       use_nesterov=recipe.nesterov)
+  return lars.LARSOptimizer(lr, recipe.momentum, recipe.trust_coefficient,
+                            use_nesterov=recipe.nesterov)

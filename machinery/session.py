@@ -5,7 +5,7 @@ in training_session, as the tutorial ran them in MonitoredTrainingSession:
 
   define_trainer_flags()
   ...
-  with training_session(loss, examples_per_step=128,
+  with training_session(loss, 128, recipe,
                         config=hardware.session_config()) as mon_sess:
     while not mon_sess.should_stop():
       mon_sess.run(train_op)
@@ -37,7 +37,6 @@ from machinery import errors
 from machinery import step_hooks
 from machinery import lock
 from machinery import memory
-from machinery import recipe
 from machinery import writes
 import tensorflow as tf
 
@@ -93,42 +92,45 @@ def define_trainer_flags():
                        'checkpoints, on the same machine. None: random.')
 
 
-def seed_graph(offset=0):
-  """Seeds the default graph with --seed, so that the run repeats.
+def seed_graph(seed, offset=0):
+  """Seeds the default graph with seed (--seed), so that the run repeats.
 
   The graph's seed fixes every random op built in it: the initial weights,
   the shuffle, the seed of each record's distortions (cifar10_input.py).
   The CPU's kernels then repeat their arithmetic exactly; a GPU's (cuDNN's
   convolutions, atomic additions) do so only with TensorFlow's
   deterministic kernels, which it turns on where there is a GPU. Call it
-  before building the graph; without --seed it does nothing, and runs
+  before building the graph; with seed None it does nothing, and runs
   stay random.
 
   Args:
+    seed: the seed, or None.
     offset: added to the seed: a distributed worker's index, so that
       each worker draws its own batches.
   """
-  if FLAGS.seed is None:
+  if seed is None:
     return
-  tf1.set_random_seed(FLAGS.seed + offset)
+  tf1.set_random_seed(seed + offset)
   if tf.config.list_physical_devices('GPU'):
     tf.config.experimental.enable_op_determinism()
 
 
-def last_step(examples_per_step):
+def last_step(examples_per_step, recipe):
   """Returns the global step training stops at: --max_steps, or the end of
-  --train_epochs (at examples_per_step a step) where that comes first."""
-  return recipe.from_flags().last_step(FLAGS.max_steps, examples_per_step)
+  recipe's --train_epochs (at examples_per_step a step) where that
+  comes first."""
+  return recipe.last_step(FLAGS.max_steps, examples_per_step)
 
 
-def ready_to_train(model, examples_per_step, towers):
-  """Readies a trainer, before it builds anything: checks the recipe, says
-  so where training has reached its last step, checks that a step fits in
-  memory (memory.check_step_fits), and gets the data.
+def ready_to_train(model, recipe, examples_per_step, towers):
+  """Readies a trainer, before it builds anything: says so where training
+  has reached its last step, checks that a step fits in memory
+  (memory.check_step_fits), and gets the data.
 
   Args:
     model: the model's module, cifar10: its inference, loss and
       maybe_download_and_extract.
+    recipe: the machinery.recipe.Recipe it trains with (its budget).
     examples_per_step: the examples of one step, over all towers.
     towers: the towers one step runs.
 
@@ -136,18 +138,26 @@ def ready_to_train(model, examples_per_step, towers):
     Whether there is training to do.
 
   Raises:
-    errors.UsageError: the recipe cannot train (recipe.check).
     errors.OutOfMemoryError: a step would not fit in memory.
     errors.DataError: the data cannot be had.
   """
-  recipe.from_flags()
-  if reached_max_steps(last_step(examples_per_step)):
+  if reached_max_steps(last_step(examples_per_step, recipe)):
     return False
-  memory.check_step_fits(model.inference, model.loss, FLAGS.batch_size,
-                         towers)
+  fit_and_fetch(model, towers)
+  return True
+
+
+def fit_and_fetch(model, towers):
+  """Checks that a step of towers towers of --batch_size fits in memory
+  (memory.check_step_fits), and gets the data into --data_dir.
+
+  Raises:
+    errors.OutOfMemoryError: a step would not fit in memory.
+    errors.DataError: the data cannot be had.
+  """
+  memory.check_step_fits(model, FLAGS.batch_size, towers)
   model.maybe_download_and_extract(FLAGS.data_dir, FLAGS.data_url,
                                    FLAGS.data_md5)
-  return True
 
 
 def reached_max_steps(last, step=None, log_prefix=''):
@@ -178,11 +188,13 @@ def reached_max_steps(last, step=None, log_prefix=''):
   return True
 
 
-def _standard_hooks(loss, last, examples_per_step, num_towers, log_prefix):
+def _standard_hooks(loss, last, examples_per_step, num_towers, rate,
+                    log_prefix):
   """Returns the tutorial's hooks around every step: stop at the last step,
-  stop on a NaN loss, print the step line."""
+  stop on a NaN loss (naming rate, --initial_learning_rate), print the
+  step line."""
   return [tf1.train.StopAtStepHook(last_step=last),
-          step_hooks.NanLossHook(loss, FLAGS.initial_learning_rate),
+          step_hooks.NanLossHook(loss, rate),
           step_hooks.LoggerHook(loss, FLAGS.log_frequency,
                                 examples_per_step=examples_per_step,
                                 num_towers=num_towers, prefix=log_prefix)]
@@ -211,9 +223,9 @@ class LocalRole(object):
 
 
 @contextlib.contextmanager
-def training_session(loss, examples_per_step, num_towers=1, last=None,
-                     hooks=(), config=None, scaffold=None, role=None,
-                     log_prefix=''):
+def training_session(loss, examples_per_step, recipe, num_towers=1,
+                     last=None, hooks=(), config=None, scaffold=None,
+                     role=None, log_prefix=''):
   """Opens the MonitoredSession a trainer runs its steps in.
 
   Around every step it runs the tutorial's hooks: stop at the last step,
@@ -224,8 +236,11 @@ def training_session(loss, examples_per_step, num_towers=1, last=None,
     examples_per_step: the examples this process trains on per step, for
       the step line's examples/sec and, unless last is given, the end of
       --train_epochs.
+    recipe: the machinery.recipe.Recipe the step trains with: its
+      budget, and its rate, which a NaN loss names.
     num_towers: the towers they are split over, for its sec/batch.
-    last: the global step to stop at; None: last_step(examples_per_step).
+    last: the global step to stop at; None: last_step(examples_per_step,
+      recipe).
     hooks: more SessionRunHooks, run first.
     config: a tf.compat.v1.ConfigProto, or None.
     scaffold: a tf.compat.v1.train.Scaffold (its summary and init ops).
@@ -242,9 +257,11 @@ def training_session(loss, examples_per_step, num_towers=1, last=None,
     errors.LockError: another trainer holds --train_dir.
     errors.PeerGoneError: a distributed worker lost a peer.
   """
+  if last is None:
+    last = last_step(examples_per_step, recipe)
   hooks = list(hooks) + _standard_hooks(
-      loss, last_step(examples_per_step) if last is None else last,
-      examples_per_step, num_towers, log_prefix)
+      loss, last, examples_per_step, num_towers,
+      recipe.initial_learning_rate, log_prefix)
   role = role or LocalRole()
   scaffold = scaffold or tf1.train.Scaffold()
   config = _with_device_placement(config)
@@ -275,19 +292,21 @@ def training_session(loss, examples_per_step, num_towers=1, last=None,
               FLAGS.train_dir)))
 
 
-def train_until_done(train_op, loss, examples_per_step, **kwargs):
+def train_until_done(train_op, loss, examples_per_step, recipe, **kwargs):
   """Runs train_op in a training_session until it stops (the trainers whose
   story is elsewhere: model parallelism, a distributed worker).
 
   Args:
     train_op: the op of one step.
-    loss, examples_per_step, **kwargs: training_session's arguments.
+    loss, examples_per_step, recipe, **kwargs: training_session's
+      arguments.
 
   Returns:
     How many steps this process ran.
   """
   steps = 0
-  with training_session(loss, examples_per_step, **kwargs) as mon_sess:
+  with training_session(loss, examples_per_step, recipe,
+                        **kwargs) as mon_sess:
     while not mon_sess.should_stop():
       mon_sess.run(train_op)
       steps += 1

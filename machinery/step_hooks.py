@@ -1,15 +1,15 @@
 """Defines the hooks the trainers' sessions run at every step.
 
-The tutorial's step line (LoggerHook) and its stop on a NaN loss
-(NanLossHook), which a trainer gives its session; a clean stop on Ctrl-C
-or SIGTERM (StopOnSignalHook) and a trace of the steps --trace_steps lists
-(TraceHook), which session.training_session adds:
+session.training_session adds them around every step: the tutorial's
+step line (LoggerHook) and its stop on a NaN loss (NanLossHook), a clean
+stop on Ctrl-C or SIGTERM (StopOnSignalHook) and a trace of the steps
+--trace_steps lists (TraceHook):
 
   hooks=[NanLossHook(loss, learning_rate=0.1),
          LoggerHook(loss, log_frequency=10, examples_per_step=128)]
 
-and a distributed worker's StallReportHook, which says when a step waits
-for a missing worker.
+A distributed worker's session also runs its StallReportHook, which says
+when a step waits for a missing worker.
 """
 
 from __future__ import absolute_import

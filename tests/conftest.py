@@ -37,11 +37,8 @@ os.environ.setdefault('TF_FORCE_GPU_ALLOW_GROWTH', 'true')
 import cifar10  # pylint: disable=g-import-not-at-top,wrong-import-position
 import cifar10_input  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-# Tests build graphs with TF1's control flow, as the scripts do
-# (machinery/cli.py). The model's functions read no flag: the flags stay
-# unparsed, as in a notebook, but where a test runs a script's own code
-# (parsed_flags).
-cifar10.tf.compat.v1.disable_control_flow_v2()
+# The model's functions read no flag: the flags stay unparsed, as in a
+# notebook, but where a test runs a script's own code (parsed_flags).
 cifar10.tf.config.experimental.enable_tensor_float_32_execution(False)
 
 # Why the GPU tests are skipped here, or None where TensorFlow sees a GPU.
@@ -315,8 +312,9 @@ def build_towers(batches, devices, variable_update, opts=None,
   import cifar10_replicated  # pylint: disable=g-import-not-at-top
   from machinery import options  # pylint: disable=g-import-not-at-top
   from machinery import recipe  # pylint: disable=g-import-not-at-top
-  build, _ = cifar10_replicated.way(variable_update, multi.build_train_op,
-                                    multi.tower_loss)
+  build = (cifar10_replicated.builder(devices, multi.tower_loss)
+           if variable_update == cifar10_replicated.REPLICATED
+           else multi.build_train_op)
   with tf.device('/cpu:0'):
     return build(batches, devices, recipe.TUTORIAL, opts or options.DEFAULT,
                  measure_noise)

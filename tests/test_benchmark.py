@@ -28,7 +28,7 @@ def test_flops_per_example_matches_tensorflows_count_of_the_model():
       stats = ops.get_stats_for_node_def(graph, op.node_def, 'flops')
       forward[op.name] = stats.value
   assert len(forward) == 5
-  assert cifar10.train_flops_per_example() == (
+  assert benchmark.train_flops_per_example() == (
       3 * sum(forward.values()) - forward['conv1/Conv2D'])
 
 
@@ -154,10 +154,12 @@ def _ops_the_step_runs(graph, fetch):
 def test_train_held_trains_on_one_batch_without_the_pipeline(
     fake_data_dir, parsed_flags):
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8):
+    how = benchmark.setup()
     sess, held_op, examples = benchmark._graph_session(
-        lambda: benchmark.GRAPH_STEPS['held'](benchmark.ROWS['train_held']))
+        lambda: benchmark.GRAPH_STEPS['held'](benchmark.ROWS['train_held'],
+                                              how))
     train_sess, train_op, _ = benchmark._graph_session(
-        lambda: benchmark.GRAPH_STEPS['train'](benchmark.ROWS['train']))
+        lambda: benchmark.GRAPH_STEPS['train'](benchmark.ROWS['train'], how))
   assert examples == 8
   train_sess.close()  # Its graph is all this test reads of it.
   # The train row's step takes a batch from the pipeline; the held row's
@@ -190,7 +192,7 @@ def test_multi2_quiet_is_multi2_without_the_noise_scale(
     for row in ('multi2', 'multi2_quiet'):
       sess, fetch, examples = benchmark._graph_session(
           lambda row=row: benchmark.GRAPH_STEPS[benchmark.ROWS[row].build](
-              benchmark.ROWS[row]))
+              benchmark.ROWS[row], benchmark.setup()))
       steps[row] = {op.name for op in sess.graph.get_operations()}
       sess.close()
       assert examples == 16

@@ -5,15 +5,19 @@ import os
 import re
 
 from absl.testing import flagsaver
+import numpy as np
 import pytest
-
 import tensorflow as tf
 
+import cifar10
 import cifar10_eval  # pylint: disable=unused-import
-from conftest import REPO, error_lines, run_script
+import cifar10_input
+from conftest import (REPO, error_lines, evaluate, make_fake_data, run_script,
+                      write_records)
 from machinery import cli
 
-FLAGS = tf.compat.v1.flags.FLAGS
+tf1 = tf.compat.v1
+FLAGS = tf1.flags.FLAGS
 
 DOCUMENTED = {
     'cifar10_predict.py': ['batch_size', 'data_dir', 'checkpoint_dir',
@@ -101,22 +105,47 @@ def test_help_lists_every_flag_with_its_documented_default(script):
       assert defaults[name] == default, (name, defaults[name], default)
 
 
-@pytest.mark.parametrize('argv,expected', [
-    (['--run_once'], True),
-    (['--run_once=true'], True),
-    (['--run_once=false'], False),
-    (['--run_once=False'], False),
-    (['--norun_once'], False),
-    ([], False),
+def _save_two_faced_model(checkpoint_dir):
+  """Saves a checkpoint whose trained weights say 1 for every image and
+  whose moving averages say 0."""
+  with tf.Graph().as_default():
+    global_step = tf1.train.get_or_create_global_step()
+    cifar10.inference(tf.zeros([1, 24, 24, 3]))
+    tf1.train.ExponentialMovingAverage(
+        cifar10.MOVING_AVERAGE_DECAY).apply(tf1.trainable_variables())
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      for v in tf1.global_variables():
+        if v.dtype.base_dtype == tf.float32:
+          value = np.zeros(v.shape.as_list(), np.float32)
+          if v.op.name.startswith('softmax_linear/biases'):
+            value[0 if 'ExponentialMovingAverage' in v.op.name else 1] = 10
+          v.load(value, sess)
+      tf1.train.Saver().save(sess, os.path.join(checkpoint_dir, 'model.ckpt'),
+                             global_step=global_step)
+
+
+@pytest.mark.parametrize('argv,raw', [
+    (['--raw_weights'], True),
+    (['--raw_weights=True'], True),
+    (['--raw_weights=False'], False),  # The tutorial's argparse: True.
+    (['--noraw_weights'], False),
 ])
-def test_boolean_flags_parse_every_form(argv, expected):
-  # Through the scripts' own parser (cli.run_main's): a boolean flag of the
-  # evaluator takes every form the docs promise, and a model flag beside it.
-  with flagsaver.flagsaver():
-    FLAGS.unparse_flags()
-    cli._parse_flags(['cifar10_eval.py', '--batch_size=7'] + argv)  # pylint: disable=protected-access
-    assert (FLAGS.run_once, FLAGS.batch_size) == (expected, 7)
-  FLAGS.unparse_flags()
+def test_a_scripts_boolean_flag_works_in_every_form(tmp_path, argv, raw):
+  """cifar10_eval.py on test images all labelled 1, of a model whose own
+  weights say 1 and whose moving averages say 0: --raw_weights in each
+  form the docs promise decides which it evaluates."""
+  data_dir = str(tmp_path / 'data')
+  written = make_fake_data(data_dir, records_per_file=10)
+  for name, (_, images) in written.items():
+    write_records(os.path.join(data_dir, cifar10_input.BATCHES_DIR, name),
+                  [1] * 10, images)
+  _save_two_faced_model(str(tmp_path / 'model'))
+  result = evaluate(data_dir, str(tmp_path / 'model'), tmp_path / 'eval',
+                    '--num_examples=10', '--batch_size=10', *argv)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().endswith(
+      'precision @ 1 = %s' % ('1.000 (raw weights)' if raw else '0.000'))
 
 
 def test_a_boolean_flag_given_a_word_is_one_line_and_exit_2(capsys):
@@ -149,7 +178,7 @@ def test_a_boolean_flag_given_a_word_is_one_line_and_exit_2(capsys):
      '<parameter_server|replicated>'),
     ('cifar10_eval.py', '--eval_data=validation',
      'flag --eval_data=validation: value should be one of '
-     '<test|train_eval>'),
+     '<test|train_eval|held_out>'),
     ('cifar10_eval.py', '--eval_interval_secs=0',
      'flag --eval_interval_secs=0: 0 is not a positive integer'),
     ('cifar10_eval.py', '--num_examples=abc',

@@ -394,13 +394,12 @@ def test_allreduce_workers_step_as_one_tower_on_both_batches_and_agree(
                                   err_msg=name)
 
 
-def test_variables_on_ps_tasks_cpus_towers_on_the_worker(monkeypatch):
+def test_variables_on_ps_tasks_cpus_towers_on_the_worker():
   task = _tasks(['127.0.0.1:1', '127.0.0.1:2'],
                 ['127.0.0.1:3', '127.0.0.1:4'])[1]
-  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n, *args: [
-      (tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))] * n)
-  with flagsaver.flagsaver(batch_size=8), tf.Graph().as_default():
-    dist.build_worker_graph(task, ['/cpu:0', '/cpu:1'], True,
+  with tf.Graph().as_default():
+    batches = [(tf.zeros([8, 24, 24, 3]), tf.zeros([8], tf.int32))] * 2
+    dist.build_worker_graph(task, batches, ['/cpu:0', '/cpu:1'], True,
                             recipes.TUTORIAL)
     graph = tf1.get_default_graph()
     model = tf1.global_variables()

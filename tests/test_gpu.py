@@ -144,7 +144,7 @@ def test_benchmark_runs_two_tower_rows_on_virtual_gpus(one_gpu,
   with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
       tf.Graph().as_default():
     _, examples, config, _ = benchmark.GRAPH_STEPS['towers'](
-        benchmark.ROWS['multi2'])
+        benchmark.ROWS['multi2'], benchmark.setup())
     convs = [op.device for op in tf1.get_default_graph().get_operations()
              if op.type == 'Conv2D']
   assert examples == 16
@@ -202,14 +202,13 @@ def test_scripts_of_one_tower_open_one_gpu(monkeypatch):
 
 
 def test_global_step_is_on_the_cpu_in_both_trainers(fake_data_dir):
-  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8):
-    with tf.Graph().as_default():
-      cifar10_train.build_train_op(*cifar10.distorted_inputs(fake_data_dir,
-                                                             8))
-      assert tf1.train.get_global_step().device == '/device:CPU:0'
-    with tf.Graph().as_default():
-      multi.build_graph(1, False, 'parameter_server')
-      assert tf1.train.get_global_step().device == '/device:CPU:0'
+  with tf.Graph().as_default():
+    cifar10_train.build_train_op(
+        [cifar10.distorted_inputs(fake_data_dir, 8)], [''])
+    assert tf1.train.get_global_step().device == '/device:CPU:0'
+  with tf.Graph().as_default():
+    multi.build_graph(fake_data_dir, 8, 1, False, 'parameter_server')
+    assert tf1.train.get_global_step().device == '/device:CPU:0'
 
 
 def _collectives(devices):
@@ -218,7 +217,7 @@ def _collectives(devices):
     batches = [(tf.zeros([4, 24, 24, 3]), tf.zeros([4], tf.int32))
                for _ in devices]
     with tf.device('/cpu:0'):
-      cifar10_replicated.build_train_op(batches, devices, multi.tower_loss)
+      cifar10_replicated.builder(devices, multi.tower_loss)(batches, devices)
     return [op for op in graph.get_operations()
             if op.type == 'CollectiveReduceV2']
 
@@ -245,8 +244,9 @@ def test_all_reduce_is_nccl_only_between_gpus_of_their_own(monkeypatch,
   with tf.Graph().as_default() as graph:
     batches = [(tf.zeros([4, 24, 24, 3]), tf.zeros([4], tf.int32))] * 2
     with tf.device('/cpu:0'):
-      cifar10_replicated.build_train_op(batches, ['/gpu:0', '/gpu:1'],
-                                        multi.tower_loss, gpus_shared=True)
+      cifar10_replicated.builder(
+          ['/gpu:0', '/gpu:1'], multi.tower_loss, gpus_shared=True)(
+              batches, ['/gpu:0', '/gpu:1'])
   assert _hints(op for op in graph.get_operations()
                 if op.type == 'CollectiveReduceV2') == {b'ring'}
   assert 'workers on this machine share its GPUs' in capsys.readouterr().out
@@ -296,9 +296,9 @@ def _placements(metadata):
 @gpu
 def test_each_tower_ran_on_its_own_gpu_and_the_input_on_the_cpu(
     fake_data_dir):
-  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
-      tf.Graph().as_default():
-    train_op, _, _, config = multi.build_graph(2, True, 'parameter_server')
+  with tf.Graph().as_default():
+    train_op, _, _, config = multi.build_graph(fake_data_dir, 8, 2, True,
+                                               'parameter_server')
     options = tf1.RunOptions(output_partition_graphs=True)
     metadata = tf1.RunMetadata()
     with tf1.Session(config=config) as sess:

@@ -18,6 +18,7 @@ from conftest import (REPO, checkpoint_step, error_lines, evaluate,
                       start_script, train)
 from machinery import errors
 from machinery import memory
+from machinery import recipe as recipes
 from machinery import session
 
 tf1 = tf.compat.v1
@@ -34,10 +35,10 @@ sys.path.insert(0, %r)
 from machinery import memory
 estimates = []
 check = memory.check_step_fits
-def spy(inference, loss, batch_size, towers):
+def spy(model, batch_size, towers):
   estimates.append(memory.resident_bytes() + memory.step_bytes(
-      memory.activation_elements(inference, loss), batch_size, towers))
-  return check(inference, loss, batch_size, towers)
+      model, memory.activation_elements(model), batch_size, towers))
+  return check(model, batch_size, towers)
 memory.check_step_fits = spy
 def report():
   peak = re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read())
@@ -75,7 +76,7 @@ def test_estimate_is_the_measured_peak(real_data_dir, tmp_path, script, batch,
 
 
 def test_per_example_count_is_the_models_layer_shapes():
-  per_example = memory.activation_elements(cifar10.inference, cifar10.loss)
+  per_example = memory.activation_elements(cifar10)
   conv1 = 24 * 24 * 64  # conv, bias, ReLU: each 24x24x64.
   conv2 = 12 * 12 * 64  # pool1, norm1's, conv2's three, norm2's: 12x12x64.
   # conv1's three and its gradient; pool1, conv2's three; the LRNs' own
@@ -180,7 +181,8 @@ def _step_error(train_dir, fail):
     global_step = tf1.train.get_or_create_global_step()
     step = tf.group(tf1.assign_add(global_step, 1), fail())
     with pytest.raises(errors.Error) as raised:
-      with session.training_session(tf.constant(1.0), 128) as mon_sess:
+      with session.training_session(tf.constant(1.0), 128,
+                                    recipes.TUTORIAL) as mon_sess:
         mon_sess.run(step)
   return raised.value
 

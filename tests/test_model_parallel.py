@@ -3,10 +3,10 @@ falling loss, and checkpoints the evaluator reads unchanged."""
 
 import os
 
-from absl.testing import flagsaver
 import numpy as np
 import tensorflow as tf
 
+import cifar10
 import cifar10_model_parallel_train as model_parallel
 from conftest import STEP_LINE, evaluate, run_script
 
@@ -14,11 +14,12 @@ tf1 = tf.compat.v1
 
 
 def test_layers_and_their_variables_and_gradients_on_their_parts_device(
-    fake_data_dir, parsed_flags):
+    fake_data_dir):
   devices = ['/device:CPU:0', '/device:CPU:1']
-  with flagsaver.flagsaver(data_dir=fake_data_dir, batch_size=8), \
-      tf.Graph().as_default() as graph:
-    model_parallel.build_train_op(['/cpu:0', '/cpu:1'])
+  with tf.Graph().as_default() as graph:
+    with tf.device('/cpu:0'):
+      batch = cifar10.distorted_inputs(fake_data_dir, 8)
+    model_parallel.build_train_op([batch], ['/cpu:0', '/cpu:1'])
     # An op without a device (a variable's read) goes where its inputs
     # are; one colocated with another goes where that one goes.
     placed = {op.name: tf.DeviceSpec.from_string(op.device).to_string()

@@ -229,20 +229,20 @@ def _trainer_graph(trainer, data_dir, **changes):
   all_reduce_task = cluster.Task([], ['127.0.0.1:2', '127.0.0.1:3'],
                                  'worker', 1, 'a test')
   recipe = recipes.TUTORIAL._replace(**changes)
+  batches = lambda n: cifar10.distorted_batches(data_dir, 8, n)
   build = {
       'single tower': lambda: cifar10_train.build_train_op(
-          *cifar10.distorted_inputs(data_dir, 8), recipe=recipe),
+          batches(1), [''], recipe),
       'multi-GPU, 2 towers': lambda: multi.build_graph(
-          2, True, 'parameter_server', recipe),
+          data_dir, 8, 2, True, 'parameter_server', recipe),
       'ps sync, 2 workers x 2 towers': lambda: dist.build_worker_graph(
-          ps_task, ['/cpu:0', '/cpu:1'], True, recipe),
+          ps_task, batches(2), ['/cpu:0', '/cpu:1'], True, recipe),
       'ps async, 2 x 2': lambda: dist.build_worker_graph(
-          ps_task, ['/cpu:0', '/cpu:1'], False, recipe),
+          ps_task, batches(2), ['/cpu:0', '/cpu:1'], False, recipe),
       'all-reduce, 2 workers x 2 towers': lambda: dist.build_allreduce_graph(
-          all_reduce_task, ['/cpu:0', '/cpu:1'], recipe),
+          all_reduce_task, batches(2), ['/cpu:0', '/cpu:1'], recipe),
   }[trainer]
-  with flagsaver.flagsaver(data_dir=data_dir, batch_size=8), \
-      tf.Graph().as_default() as graph:
+  with tf.Graph().as_default() as graph:
     build()
   return graph
 
@@ -373,7 +373,8 @@ def _train_in_process(train_dir, recipe, last):
     loss = cifar10.loss(cifar10.inference(tf.constant(images)),
                         tf.constant(labels))
     train_op = cifar10.train(loss, global_step, BATCH, recipe)
-    with session.training_session(loss, BATCH, last=last) as mon_sess:
+    with session.training_session(loss, BATCH, recipe,
+                                  last=last) as mon_sess:
       while not mon_sess.should_stop():
         mon_sess.run(train_op)
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(train_dir))

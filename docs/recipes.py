@@ -1,10 +1,11 @@
-"""Recipes to 80%: the runs of each, their steps, and what a step buys.
+"""Recipes to a target: the runs of each, their steps, and what a step buys.
 
 Reads docs/time_to_target.py's evaluations of the recipes' runs (their
 curve.csv lines put together, with the `recipe` column: the trainer's
 flags) and prints, per number of towers and recipe, the steps, examples
-and epochs to --target (min..max over the seeds) and each run's best
-precision within its budget. It fits the empirical model of large-batch
+and epochs to --target (80% unless given; min..max over the seeds) and
+each run's best precision within its budget. With --targets, it prints the
+steps to each of several targets instead, and S(B) fitted at each. It fits the empirical model of large-batch
 training (McCandlish et al. 2018), steps to the target
 
   S(B) = S_min (1 + B_crit / B)
@@ -22,6 +23,9 @@ Usage (matplotlib comes with requirements-dev.txt):
   python docs/recipes.py --curves=docs/recipes_to_80.csv \\
       --sgd=docs/time_to_80.csv --cpu_sgd=docs/time_to_80_cpu.csv \\
       --out=docs/recipes_to_80.png
+  python docs/recipes.py --curves=docs/recipes_to_83.csv --target=0.83
+  python docs/recipes.py --curves=docs/recipes_to_80.csv \\
+      --curves=docs/recipes_to_83.csv --targets=0.78,0.8,0.82,0.83
 """
 
 import argparse
@@ -61,8 +65,9 @@ def collect(paths, out):
 
 def label(recipe, towers):
   """Returns a recipe's short name: its optimizer (and --momentum, where
-  given), schedule, budget, warm-up (where given) and peak rate (after the
-  scaling for towers), as 'LARS 0.3, cosine 50 ep, warm-up 2, peak 0.04'."""
+  given), schedule, budget, warm-up (where given), peak rate (after the
+  scaling for towers) and regularization (where given), as 'LARS 0.3,
+  cosine 50 ep, warm-up 2, peak 0.04, smoothing 0.1'."""
   given = time_to_target.recipe_flags(recipe)
   if not given:
     return "the tutorial's SGD"
@@ -80,9 +85,13 @@ def label(recipe, towers):
   if given.get('learning_rate_scaling') == 'linear':
     peak *= towers
   warmup = given.get('warmup_epochs')
-  return '%s, %s %s ep, %speak %g' % (
+  regularized = ''.join(', %s %s' % (words, given[flag]) for flag, words in (
+      ('label_smoothing', 'smoothing'), ('conv_weight_decay', 'conv decay'))
+                        if float(given.get(flag, 0)))
+  return '%s, %s %s ep, %speak %g%s' % (
       name, given.get('lr_schedule', 'tutorial'), given.get('train_epochs', '-'),
-      'warm-up %s, ' % warmup if warmup and float(warmup) else '', peak)
+      'warm-up %s, ' % warmup if warmup and float(warmup) else '', peak,
+      regularized)
 
 
 def read_recipes(path):
@@ -176,8 +185,8 @@ def sgd_steps(sgd_path, cpu_path, target=TARGET):
   return best
 
 
-def plot(sgd, recipe, out):
-  """Draws steps to the target against the batch, each set of points with
+def plot(sgd, recipe, out, target=TARGET):
+  """Draws steps to target against the batch, each set of points with
   its fitted S(B); returns the fits {name: (S_min, B_crit)}."""
   fits = {}
   fig, axes = plt.subplots(figsize=(7.5, 4.8))
@@ -194,7 +203,8 @@ def plot(sgd, recipe, out):
               'examples' % (name, s_min, b_crit))
   for steps, text, color, height in (
       (sgd, 'SGD: not in\n100 epochs', 'tab:blue', 0.97),
-      (recipe, 'recipes: not every\nseed reached 80%', 'tab:red', 0.80)):
+      (recipe, 'recipes: not every\nseed reached %.0f%%' % (100 * target),
+       'tab:red', 0.80)):
     for b in [BATCH * n for n in (1, 2, 4, 8) if n not in steps]:
       axes.annotate(text, (b, height), xycoords=('data', 'axes fraction'),
                     ha='right' if b == BATCH * 8 else 'center', va='top',
@@ -204,18 +214,18 @@ def plot(sgd, recipe, out):
   axes.set_xticklabels(['%d\n(%d tower%s)' % (b, b // BATCH, 's' * (
       b > BATCH)) for b in batches])
   axes.set_xlabel('examples a step (towers x 128)')
-  axes.set_ylabel('steps to %.0f%% precision @ 1' % (100 * TARGET))
+  axes.set_ylabel('steps to %.0f%% precision @ 1' % (100 * target))
   axes.set_ylim(0, None)
   axes.grid(alpha=0.3)
   axes.legend(fontsize=8)
-  axes.set_title('Steps to 80%: S(B) = S_min (1 + B_crit / B), fitted',
-                 fontsize=10)
+  axes.set_title('Steps to %.0f%%: S(B) = S_min (1 + B_crit / B), fitted'
+                 % (100 * target), fontsize=10)
   fig.tight_layout()
   fig.savefig(out, dpi=110)
   return fits
 
 
-def print_minutes(recipes, sgd):
+def print_minutes(recipes, sgd, target=TARGET):
   """Prints the predicted minutes to the target of N GPUs, a row for the
   tutorial's SGD ({towers: steps}) and one for the recipe ({towers:
   (steps, recipe)}) of each N: PCIe (ps) and NVLink (replicated) for each
@@ -223,7 +233,7 @@ def print_minutes(recipes, sgd):
   links = ((plot_scaling.PCIE_GB_S, 'PCIe', False),
            (plot_scaling.NVLINK_GB_S, 'NVLink', True))
   print('| GPUs | optimizer | steps to %.0f%% | %s |' % (
-      100 * TARGET, ' | '.join('%.0f ms, %s' % (ms, name)
+      100 * target, ' | '.join('%.0f ms, %s' % (ms, name)
                                for ms in plot_scaling.TOWER_MS
                                for _, name, _ in links)))
   print('| ---: | --- | ---: |' + ' ---: |' * (2 * len(plot_scaling.TOWER_MS)))
@@ -240,29 +250,73 @@ def print_minutes(recipes, sgd):
           for ms in plot_scaling.TOWER_MS for gb_s, _, replicated in links)))
 
 
+def print_targets(runs, targets):
+  """Prints, per (towers, recipe), the mean steps (and millions of
+  examples) to each target where every seed reached it; then, at each
+  target, S(B) fitted to each number of towers' fewest steps."""
+  print('| towers | recipe | seeds | %s | best |' % ' | '.join(
+      'steps to %g%% (M examples)' % (100 * t) for t in targets))
+  print('| ---: | --- | ---: |' + ' ---: |' * (len(targets) + 1))
+  for (towers, recipe), seeds in sorted(runs.items()):
+    cells = []
+    for target in targets:
+      steps = mean_steps(seeds, target)
+      cells.append('-' if steps is None else '%d (%.2f)' % (
+          steps, steps * BATCH * towers / 1e6))
+    best = max(max(p[3] for p in points) for points in seeds.values())
+    print('| %d | %s | %d | %s | %.1f%% |' % (
+        towers, label(recipe, towers), len(seeds), ' | '.join(cells),
+        100 * best))
+  print()
+  for target in targets:
+    best = best_steps(runs, target)
+    if len(best) < 2:
+      print('%g%%: reached by %s tower(s) only: no fit' % (
+          100 * target, ', '.join(str(t) for t in sorted(best)) or 'no'))
+      continue
+    s_min, b_crit = fit(sorted((BATCH * t, s) for t, (s, _) in best.items()))
+    print('%g%%: S_min %.0f steps, B_crit %.0f examples (towers %s)' % (
+        100 * target, s_min, b_crit, ', '.join(str(t) for t in sorted(best))))
+
+
+def read_all(paths):
+  """Returns read_recipes() of every CSV in paths, put together."""
+  runs = {}
+  for path in paths:
+    runs.update(read_recipes(path))
+  return runs
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   p.add_argument('--collect', nargs='*', default=None)
-  p.add_argument('--curves', required=True)
+  p.add_argument('--curves', action='append', required=True)
   p.add_argument('--sgd', default=None)
   p.add_argument('--cpu_sgd', default=None)
   p.add_argument('--out', default=None)
+  p.add_argument('--target', type=float, default=TARGET)
+  p.add_argument('--targets', default=None,
+                 help='comma-separated targets, e.g. 0.78,0.8,0.82,0.83')
   args = p.parse_args()
   if args.collect is not None:
-    collect(args.collect, args.curves)
+    collect(args.collect, args.curves[0])
     return
-  runs = read_recipes(args.curves)
-  print_recipes(runs)
-  best = best_steps(runs)
-  sgd = sgd_steps(args.sgd, args.cpu_sgd) if args.sgd else {}
+  runs = read_all(args.curves)
+  if args.targets:
+    print_targets(runs, [float(t) for t in args.targets.split(',')])
+    return
+  print_recipes(runs, args.target)
+  best = best_steps(runs, args.target)
+  sgd = sgd_steps(args.sgd, args.cpu_sgd, args.target) if args.sgd else {}
   if sgd and args.out:
-    fits = plot(sgd, {t: s for t, (s, _) in best.items()}, args.out)
+    fits = plot(sgd, {t: s for t, (s, _) in best.items()}, args.out,
+                args.target)
     print()
     for name, (s_min, b_crit) in fits.items():
       print('%s: S_min %.0f steps, B_crit %.0f examples' % (
           name, s_min, b_crit))
   print()
-  print_minutes(best, sgd)
+  print_minutes(best, sgd, args.target)
 
 if __name__ == '__main__':
   main()

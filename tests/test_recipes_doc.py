@@ -39,6 +39,11 @@ def test_label_names_optimizer_schedule_budget_and_the_scaled_peak():
   assert recipes.label('--optimizer=lars --lars_trust_coefficient=0.3 '
                        '--momentum=0.8', 1).startswith('LARS 0.3, momentum 0.8,')
   assert recipes.label('', 4) == "the tutorial's SGD"
+  assert recipes.label('--optimizer=momentum --nesterov --lr_schedule=linear '
+                       '--initial_learning_rate=0.04 --train_epochs=80 '
+                       '--label_smoothing=0.1 --conv_weight_decay=0.002',
+                       1) == ('momentum (Nesterov), linear 80 ep, peak 0.04, '
+                              'smoothing 0.1, conv decay 0.002')
 
 
 def _write(path, rows):
@@ -101,3 +106,28 @@ def test_minutes_are_the_step_cost_models(capsys):
   assert eight[1] == 'LARS 0.3 (Nesterov), cosine 50 ep, warm-up 2, peak 0.04'
   assert float(eight[3]) == pytest.approx(plot_scaling.predicted_minutes(
       1617 * 128 * 8, 8, 3.0, plot_scaling.PCIE_GB_S, False), abs=0.05)
+
+
+def test_targets_table_and_a_fit_at_each_target(tmp_path, capsys):
+  # One tower reaches 0.80 at step 1000 and 0.83 at 4000; eight towers
+  # reach 0.80 at 200 and never 0.83.
+  rows = []
+  for towers, points in ((1, [(1000, 0.80), (4000, 0.83)]),
+                         (8, [(200, 0.80), (900, 0.82)])):
+    for step, precision in points:
+      row = _row(step, precision)
+      row.update(towers=towers, examples=step * 128 * towers,
+                 recipe=LARS if towers == 8 else '--optimizer=momentum')
+      rows.append(row)
+  _write(tmp_path / 'runs.csv', rows)
+  runs = recipes.read_recipes(str(tmp_path / 'runs.csv'))
+  recipes.print_targets(runs, [0.80, 0.83])
+  out = capsys.readouterr().out
+  assert '| 1 | momentum, tutorial - ep, peak 0.1 | 1 | 1000 (0.13) | ' \
+         '4000 (0.51) | 83.0% |' in out
+  assert '| 8 | %s | 1 | 200 (0.20) | - | 82.0%% |' % recipes.label(
+      LARS, 8) in out
+  s_min, b_crit = recipes.fit([(128, 1000), (1024, 200)])
+  assert '80%%: S_min %.0f steps, B_crit %.0f examples (towers 1, 8)' % (
+      s_min, b_crit) in out
+  assert '83%: reached by 1 tower(s) only: no fit' in out

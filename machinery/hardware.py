@@ -37,6 +37,28 @@ BF16_GPU_CAPABILITY = (8, 0)
 # GPUs from this compute capability on have float16 tensor cores (Volta).
 FP16_GPU_CAPABILITY = (7, 0)
 
+# The memory of each virtual GPU split_gpu_for_process makes, in MB: a
+# tower of 128 needs a few hundred; every GPU has twice this.
+VIRTUAL_GPU_MB = 2048
+
+
+def split_gpu_for_process(num_devices):
+  """Splits GPU 0 into num_devices virtual GPUs for the whole process, as
+  --virtual_gpus splits it for a script's session, where there are fewer
+  GPUs than num_devices; does nothing otherwise (no GPU: tower_devices
+  makes virtual CPU devices per session).
+
+  A process sets a GPU's devices up once, at its first op or session, and
+  then fails a session that asks for another split. A notebook runs many
+  sessions and eager ops in one process: it calls this before any of them,
+  and gives every session tower_devices(num_devices, True)'s config.
+  """
+  gpus = tf.config.list_physical_devices('GPU')
+  if gpus and len(gpus) < num_devices:
+    tf.config.set_logical_device_configuration(gpus[0], [
+        tf.config.LogicalDeviceConfiguration(memory_limit=VIRTUAL_GPU_MB)
+        for _ in range(num_devices)])
+
 
 def session_config(num_gpus=1):
   """Makes the ConfigProto of every script's sessions.

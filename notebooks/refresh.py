@@ -38,19 +38,21 @@ def code_digest(notebook):
 
 
 def coalesce_streams(notebook):
-  """Joins each code cell's consecutive outputs to the same stream into
-  one, each line as a terminal leaves it (a progress line rewritten with
-  '\\r' keeps its last text)."""
+  """Joins each code cell's outputs to one stream (stdout, stderr) into
+  one, up to the next picture, each line as a terminal leaves it (a
+  progress line rewritten with '\\r' keeps its last text)."""
   for cell in notebook.cells:
     if cell.cell_type != 'code':
       continue
-    outputs = []
+    outputs, streams = [], {}
     for output in cell.outputs:
-      if (output.output_type == 'stream' and outputs and
-          outputs[-1].output_type == 'stream' and
-          outputs[-1].name == output.name):
-        outputs[-1].text += output.text
+      if output.output_type != 'stream':
+        streams = {}  # A picture or a value: later text comes after it.
+        outputs.append(output)
+      elif output.name in streams:
+        streams[output.name].text += output.text
       else:
+        streams[output.name] = output
         outputs.append(output)
     for output in outputs:
       if output.output_type == 'stream':

@@ -152,6 +152,21 @@ def test_benchmark_runs_two_tower_rows_on_virtual_gpus(one_gpu,
   assert sorted(set(convs)) == ['/device:GPU:0', '/device:GPU:1']
 
 
+def test_a_notebook_splits_its_one_gpu_for_the_whole_process(monkeypatch):
+  calls = []
+  monkeypatch.setattr(tf.config, 'set_logical_device_configuration',
+                      lambda gpu, devices: calls.append((gpu, devices)))
+  for visible in (0, 2, 3):  # No GPU, or one for each device: no split.
+    _fake_gpus(monkeypatch, visible)
+    hardware.split_gpu_for_process(2)
+  assert not calls
+  gpu, = _fake_gpus(monkeypatch, 1)
+  hardware.split_gpu_for_process(2)
+  (split, devices), = calls
+  assert split == gpu and [d.memory_limit for d in devices] == [
+      hardware.VIRTUAL_GPU_MB] * 2
+
+
 def test_bf16_notice_names_gpus_without_bfloat16(one_gpu, monkeypatch):
   assert hardware.precision_notice(False, True) == (
       'Note: --use_bf16 on GPU:0 (Tesla V100-SXM2-16GB, compute capability '

@@ -123,3 +123,20 @@ def test_the_docs_open_the_notebook_in_colab():
   for page in ('README.md', 'docs/colab.md'):
     with open(os.path.join(REPO, page)) as f:
       assert link in f.read(), page
+
+
+def test_refresh_joins_a_cells_streams_as_a_terminal_shows_them():
+  cell = nbformat.v4.new_code_cell('x')
+  stream = nbformat.v4.new_output
+  cell.outputs = [stream('stream', name='stdout', text='a\n>> 1%'),
+                  stream('stream', name='stderr', text='E\n'),
+                  stream('stream', name='stdout', text='\r>> 100%\nok\n'),
+                  stream('display_data', data={'text/plain': 'picture'}),
+                  stream('stream', name='stdout', text='after\n')]
+  notebook = nbformat.v4.new_notebook(cells=[cell])
+  refresh.coalesce_streams(notebook)
+  assert [(o.output_type, o.get('name'), o.get('text')) for o in
+          cell.outputs] == [('stream', 'stdout', 'a\n>> 100%\nok\n'),
+                            ('stream', 'stderr', 'E\n'),
+                            ('display_data', None, None),
+                            ('stream', 'stdout', 'after\n')]

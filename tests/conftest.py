@@ -320,6 +320,16 @@ def build_towers(batches, devices, variable_update, opts=None,
                  measure_noise)
 
 
+def script_graph(train_dir):
+  """{op name: op type} of the graph.pbtxt a trainer wrote to train_dir."""
+  from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
+  from tensorflow.core.framework import graph_pb2  # pylint: disable=g-import-not-at-top
+  graph = graph_pb2.GraphDef()
+  with open(os.path.join(train_dir, 'graph.pbtxt')) as f:
+    text_format.Parse(f.read(), graph)
+  return {node.name: node.op for node in graph.node}
+
+
 def checkpoint_step(train_dir):
   """Global step of the latest checkpoint in train_dir, or None."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

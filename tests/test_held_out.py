@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 import cifar10_input
-from conftest import evaluate, write_records
+from conftest import evaluate, script_graph, train, write_records
+from machinery import cluster
 from test_train_eval import _save_constant_model
 
 tf1 = tf.compat.v1
@@ -87,3 +88,27 @@ def test_more_than_the_held_out_images_is_one_error_line(split_data_dir,
   assert result.stderr.strip().splitlines()[-1] == (
       'Error: --num_examples=5001 is more than the 5000 examples of '
       '--eval_data=held_out.')
+
+
+@pytest.mark.parametrize('script, args', [
+    ('cifar10_train.py', []),
+    ('cifar10_multi_gpu_train.py', ['--num_gpus=2', '--virtual_gpus']),
+    ('cifar10_model_parallel_train.py', ['--virtual_gpus']),
+    ('cifar10_distributed_train.py', ['--job_name=worker', '--task_index=0']),
+])
+def test_every_trainer_holds_out_with_hold_out(fake_data_dir, tmp_path,
+                                               script, args):
+  """A trainer given --hold_out reads its records through a take() of the
+  first 45,000 (its graph.pbtxt's TakeDataset); without it, no take()."""
+  if script == 'cifar10_distributed_train.py':
+    args = args + ['--worker_hosts=127.0.0.1:%d'
+                   % cluster.free_local_ports(1)[0]]
+  takes = []
+  for hold_out in ([], ['--hold_out']):
+    train_dir = str(tmp_path / ('held' if hold_out else 'all'))
+    result = train(fake_data_dir, train_dir, '--max_steps=1',
+                   '--batch_size=8', *(args + hold_out), script=script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    takes.append(sorted(op for op in script_graph(train_dir).values()
+                        if op == 'TakeDataset'))
+  assert takes == [[], ['TakeDataset']]

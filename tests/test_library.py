@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, train
+from conftest import REPO, script_graph, train
 
 # A notebook: Jupyter's kernel runs with '-f <connection file>', which no
 # flag of ours knows; reading a flag would parse it and fail
@@ -90,16 +90,6 @@ print('FLAGS PARSED', tf1.flags.FLAGS.is_parsed())
 """
 
 
-def _script_graph(train_dir):
-  """{op name: op type} of the graph.pbtxt a trainer wrote to train_dir."""
-  from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
-  from tensorflow.core.framework import graph_pb2  # pylint: disable=g-import-not-at-top
-  graph = graph_pb2.GraphDef()
-  with open(os.path.join(train_dir, 'graph.pbtxt')) as f:
-    text_format.Parse(f.read(), graph)
-  return {node.name: node.op for node in graph.node}
-
-
 def test_a_notebook_builds_every_trainers_step_and_the_scripts_graph(
     fake_data_dir, tmp_path):
   """In a process whose command line is a kernel's, no flag parsed: one
@@ -118,7 +108,7 @@ def test_a_notebook_builds_every_trainers_step_and_the_scripts_graph(
   script = train(fake_data_dir, str(tmp_path / 'train'), '--max_steps=1',
                  '--batch_size=8')
   assert script.returncode == 0, script.stderr[-3000:]
-  written = _script_graph(str(tmp_path / 'train'))
+  written = script_graph(str(tmp_path / 'train'))
   assert {'Switch', 'Merge'} <= set(notebook.values())
   assert not {'If', 'StatelessIf'} & set(written.values())
   assert {name: written.get(name) for name in notebook} == notebook

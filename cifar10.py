@@ -54,7 +54,8 @@ NUM_EXAMPLES_HELD_OUT = cifar10_input.NUM_EXAMPLES_HELD_OUT
 buffered_bytes = cifar10_input.buffered_bytes  # What the input holds.
 
 # Constants describing the training process.
-MOVING_AVERAGE_DECAY = 0.9999     # Decay of the variables' moving averages.
+# Decay of the variables' moving averages (--moving_average_decay): 0.9999.
+MOVING_AVERAGE_DECAY = recipes.TUTORIAL_MOVING_AVERAGE_DECAY
 NUM_EPOCHS_PER_DECAY = 350.0      # Epochs between learning-rate decays.
 LEARNING_RATE_DECAY_FACTOR = 0.1  # What each decay multiplies it by.
 # The tutorial's INITIAL_LEARNING_RATE, 0.1, is the default of the recipe's
@@ -370,10 +371,10 @@ def optimizer(lr, recipe=recipes.TUTORIAL, opts=options.DEFAULT):
   return opts.scale_loss(opt)
 
 
-def variable_averages(global_step=None):
+def variable_averages(global_step=None, decay=MOVING_AVERAGE_DECAY):
   """Makes the variables' moving averages (eval's weights), warmed up by
   the step."""
-  return tf1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY, global_step)
+  return tf1.train.ExponentialMovingAverage(decay, global_step)
 
 
 def averaged_weights():
@@ -393,10 +394,10 @@ def variable_summaries(grads):
       summaries.histogram_summary(var.op.name + '/gradients', grad)
 
 
-def apply_gradients(opt, grads, global_step):
+def apply_gradients(opt, grads, global_step, decay=MOVING_AVERAGE_DECAY):
   """Applies grads, (gradient, variable) pairs, with the optimizer opt and
-  increments global_step, then tracks the variables' moving averages;
-  returns the op of one training step."""
+  increments global_step, then tracks the variables' moving averages (of
+  decay); returns the op of one training step."""
   apply_gradient_op = opt.apply_gradients(grads, global_step=global_step)
 
   # Add histograms for trainable variables and their gradients.
@@ -406,7 +407,7 @@ def apply_gradients(opt, grads, global_step):
   # the gradient step has just written.
   with tf.control_dependencies([apply_gradient_op]), tf1.name_scope(
       'moving_averages'):
-    variables_averages_op = variable_averages(global_step).apply(
+    variables_averages_op = variable_averages(global_step, decay).apply(
         tf1.trainable_variables())
   return variables_averages_op
 
@@ -437,7 +438,7 @@ def train(total_loss, global_step, batch_size=BATCH_SIZE,
     grads = opt.compute_gradients(total_loss)
 
   # Apply gradients, then the moving averages of the trained variables.
-  return apply_gradients(opt, grads, global_step)
+  return apply_gradients(opt, grads, global_step, recipe.moving_average_decay)
 
 
 def maybe_download_and_extract(data_dir=DATA_DIR, data_url=download.DATA_URL,

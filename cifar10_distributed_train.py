@@ -137,7 +137,8 @@ def build_worker_graph(task, batches, local_devices, sync_replicas,
       opt = tf1.train.SyncReplicasOptimizer(
           opt, replicas_to_aggregate=num_workers,
           total_num_replicas=num_workers,
-          variable_averages=cifar10.variable_averages(global_step),
+          variable_averages=cifar10.variable_averages(
+              global_step, recipe.moving_average_decay),
           variables_to_average=tf1.trainable_variables())
       train_op = opt.apply_gradients(grads, global_step=global_step)
       cifar10.variable_summaries(grads)
@@ -146,7 +147,8 @@ def build_worker_graph(task, batches, local_devices, sync_replicas,
       opt.ready_for_local_init_op.mark_used()
     else:
       # Each worker applies its own gradient as it comes (asynchronous).
-      train_op = cifar10.apply_gradients(opt, grads, global_step)
+      train_op = cifar10.apply_gradients(opt, grads, global_step,
+                                         recipe.moving_average_decay)
     # The gradient noise scale of this worker's towers, for TensorBoard.
     train_op = noise_scale.track(train_op, tower_grads, grads,
                                  int(batches[0][0].shape[0]),

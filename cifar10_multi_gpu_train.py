@@ -209,7 +209,8 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
   # gradient is from the mean tells how noisy one batch's gradient is: the
   # gradient noise scale, for TensorBoard (machinery/noise_scale.py).
   train_op = noise_scale.track(
-      cifar10.apply_gradients(opt, grads, global_step), tower_grads, grads,
+      cifar10.apply_gradients(opt, grads, global_step,
+                              recipe.moving_average_decay), tower_grads, grads,
       int(batches[0][0].shape[0]), measure=measure_noise)
 
   # As the tutorial's, the step line reports the last tower's loss and

@@ -223,7 +223,8 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
   # With it, the gradient noise scale, from the towers' gradients and tower
   # 0's copy of their mean (machinery/noise_scale.py).
   train_op = noise_scale.track(
-      cifar10.apply_gradients(opt, sum(reduced, []), global_step),
+      cifar10.apply_gradients(opt, sum(reduced, []), global_step,
+                              recipe.moving_average_decay),
       tower_grads, reduced[0], int(batches[0][0].shape[0]),
       num_workers * len(devices), measure_noise)
   # The step line reports the last tower's loss, TensorBoard shows its

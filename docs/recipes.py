@@ -86,8 +86,9 @@ def label(recipe, towers):
     peak *= towers
   warmup = given.get('warmup_epochs')
   regularized = ''.join(', %s %s' % (words, given[flag]) for flag, words in (
-      ('label_smoothing', 'smoothing'), ('conv_weight_decay', 'conv decay'))
-                        if float(given.get(flag, 0)))
+      ('label_smoothing', 'smoothing'), ('conv_weight_decay', 'conv decay'),
+      ('moving_average_decay', 'averages'))
+                        if flag in given and float(given[flag]))
   return '%s, %s %s ep, %speak %g%s' % (
       name, given.get('lr_schedule', 'tutorial'), given.get('train_epochs', '-'),
       'warm-up %s, ' % warmup if warmup and float(warmup) else '', peak,

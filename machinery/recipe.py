@@ -18,6 +18,8 @@ batches (many towers) need:
                                   (the tutorial decays local3 and local4)
   --label_smoothing=S             1 - S on each label, S spread over all
                                   ten classes
+  --moving_average_decay=D        the decay of the weights' moving
+                                  averages, which the evaluator measures
 
 A script reads them once, from_flags(), and passes the Recipe down:
 
@@ -48,6 +50,8 @@ FLAGS = flags.FLAGS
 EXAMPLES_PER_EPOCH = 50000
 TUTORIAL_LEARNING_RATE = 0.1  # The tutorial's rate, --initial_learning_rate.
 TUTORIAL_BATCH_SIZE = 128  # The examples of a step it was set for.
+# The decay of the weights' moving averages: about the last 10,000 steps.
+TUTORIAL_MOVING_AVERAGE_DECAY = 0.9999
 DEFAULT_MOMENTUM = 0.9
 # LARS's trust coefficient, eta, as You et al. (2017) trained with it.
 DEFAULT_TRUST_COEFFICIENT = 0.001
@@ -89,6 +93,11 @@ flags.DEFINE_float('conv_weight_decay', 0.0,
                    'Weight decay of the convolutions\' kernels, as local3 '
                    'and local4 have theirs (0.004): the loss adds this '
                    'times half their squared norm. 0: none (the tutorial).')
+flags.DEFINE_float('moving_average_decay', TUTORIAL_MOVING_AVERAGE_DECAY,
+                   'Decay of the moving averages of the weights, which '
+                   'cifar10_eval.py evaluates: they average about the last '
+                   '1 / (1 - this) steps. With a rate that decays to zero, '
+                   'a shorter average keeps up with the last, best weights.')
 flags.DEFINE_float('label_smoothing', 0.0,
                    'Train on labels smoothed: 1 - this on the right class, '
                    'this spread evenly over all ten. 0: none (the '
@@ -98,7 +107,8 @@ flags.DEFINE_float('label_smoothing', 0.0,
 class Recipe(collections.namedtuple('Recipe', [
     'initial_learning_rate', 'learning_rate_scaling', 'warmup_epochs',
     'lr_schedule', 'train_epochs', 'optimizer', 'momentum', 'nesterov',
-    'trust_coefficient', 'conv_weight_decay', 'label_smoothing'])):
+    'trust_coefficient', 'conv_weight_decay', 'label_smoothing',
+    'moving_average_decay'])):
   """How the model trains: each field one of the flags above. The defaults
   are the tutorial's (TUTORIAL)."""
 
@@ -134,7 +144,7 @@ TUTORIAL = Recipe(
     warmup_epochs=0.0, lr_schedule='tutorial', train_epochs=None,
     optimizer='sgd', momentum=DEFAULT_MOMENTUM, nesterov=False,
     trust_coefficient=DEFAULT_TRUST_COEFFICIENT, conv_weight_decay=0.0,
-    label_smoothing=0.0)
+    label_smoothing=0.0, moving_average_decay=TUTORIAL_MOVING_AVERAGE_DECAY)
 
 
 def check(recipe):
@@ -163,6 +173,9 @@ def check(recipe):
     raise errors.UsageError('--conv_weight_decay=%g: give a factor from 0 '
                             '(none) up to, not including, 1.'
                             % recipe.conv_weight_decay)
+  if not 0 < recipe.moving_average_decay < 1:
+    raise errors.UsageError('--moving_average_decay=%g: give a decay above 0 '
+                            'and below 1.' % recipe.moving_average_decay)
   if not 0 <= recipe.label_smoothing < 1:
     raise errors.UsageError('--label_smoothing=%g: give a share from 0 '
                             '(none) up to, not including, 1.'
@@ -180,7 +193,8 @@ def from_flags():
       momentum=FLAGS.momentum, nesterov=FLAGS.nesterov,
       trust_coefficient=FLAGS.lars_trust_coefficient,
       conv_weight_decay=FLAGS.conv_weight_decay,
-      label_smoothing=FLAGS.label_smoothing))
+      label_smoothing=FLAGS.label_smoothing,
+      moving_average_decay=FLAGS.moving_average_decay))
 
 
 def decay_to_zero(step, examples_per_step, recipe):

@@ -171,6 +171,8 @@ def test_tutorial_schedule_with_a_budget_keeps_its_staircase():
      'factor from 0'),
     (dict(label_smoothing=1.0), '--label_smoothing=1: give a share from 0'),
     (dict(label_smoothing=-0.1), '--label_smoothing=-0.1: give a share'),
+    (dict(moving_average_decay=1.0), '--moving_average_decay=1: give a decay'),
+    (dict(moving_average_decay=0.0), '--moving_average_decay=0: give a decay'),
 ])
 def test_recipes_that_cannot_train_are_refused(changes, flag):
   with pytest.raises(errors.UsageError) as raised:
@@ -355,6 +357,25 @@ def test_every_trainer_takes_the_regularization(fake_data_dir, trainer,
   tutorial, regularized = found
   assert set(tutorial) == {(False, False, False)}  # Nothing changes.
   assert set(regularized) == {(True, True, True)}  # In every tower.
+
+
+def _decays(graph):
+  """The values of the decay constants of the graph's moving averages."""
+  return {round(float(tf.make_ndarray(op.get_attr('value'))), 6)
+          for op in graph.get_operations()
+          if op.type == 'Const' and op.name.endswith('decay') and
+          op.get_attr('value').dtype == tf.float32.as_datatype_enum}
+
+
+@pytest.mark.parametrize('trainer,examples_per_step', TRAINERS)
+def test_every_trainer_takes_the_moving_averages_decay(fake_data_dir, trainer,
+                                                      examples_per_step):
+  del examples_per_step
+  tutorial = _decays(_trainer_graph(trainer, fake_data_dir))
+  shorter = _decays(_trainer_graph(trainer, fake_data_dir,
+                                   moving_average_decay=0.999))
+  assert 0.9999 in tutorial and 0.999 not in tutorial
+  assert 0.999 in shorter and 0.9999 not in shorter
 
 
 # --- Resuming continues the schedule, the slots and the averages -------------

@@ -41,9 +41,10 @@ def test_label_names_optimizer_schedule_budget_and_the_scaled_peak():
   assert recipes.label('', 4) == "the tutorial's SGD"
   assert recipes.label('--optimizer=momentum --nesterov --lr_schedule=linear '
                        '--initial_learning_rate=0.04 --train_epochs=80 '
-                       '--label_smoothing=0.1 --conv_weight_decay=0.002',
-                       1) == ('momentum (Nesterov), linear 80 ep, peak 0.04, '
-                              'smoothing 0.1, conv decay 0.002')
+                       '--label_smoothing=0.1 --conv_weight_decay=0.002 '
+                       '--moving_average_decay=0.999', 1) == (
+                           'momentum (Nesterov), linear 80 ep, peak 0.04, '
+                           'smoothing 0.1, conv decay 0.002, averages 0.999')
 
 
 def _write(path, rows):

@@ -50,7 +50,9 @@ FLAGS = flags.FLAGS
 EXAMPLES_PER_EPOCH = 50000
 TUTORIAL_LEARNING_RATE = 0.1  # The tutorial's rate, --initial_learning_rate.
 TUTORIAL_BATCH_SIZE = 128  # The examples of a step it was set for.
-# The decay of the weights' moving averages: about the last 10,000 steps.
+# The decay of the weights' moving averages. The step caps it at
+# (1 + step) / (10 + step), so they span about the last 3,500 steps at
+# step 31,250 and the full 10,000 from step 90,000 on.
 TUTORIAL_MOVING_AVERAGE_DECAY = 0.9999
 DEFAULT_MOMENTUM = 0.9
 # LARS's trust coefficient, eta, as You et al. (2017) trained with it.
@@ -96,7 +98,8 @@ flags.DEFINE_float('conv_weight_decay', 0.0,
 flags.DEFINE_float('moving_average_decay', TUTORIAL_MOVING_AVERAGE_DECAY,
                    'Decay of the moving averages of the weights, which '
                    'cifar10_eval.py evaluates: they average about the last '
-                   '1 / (1 - this) steps. With a rate that decays to zero, '
+                   '1 / (1 - this) steps (fewer early on: the step caps '
+                   'the decay). With a rate that decays to zero, '
                    'a shorter average keeps up with the last, best weights.')
 flags.DEFINE_float('label_smoothing', 0.0,
                    'Train on labels smoothed: 1 - this on the right class, '

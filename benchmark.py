@@ -441,6 +441,7 @@ def _profile_train(steps, warmup, how):
 
 
 def main(argv=None):  # pylint: disable=unused-argument
+  hardware.grow_gpu_memory()  # The rows and the child processes share a GPU.
   how = setup()
   if FLAGS.row_process:  # A child of another benchmark.py: rows it asks.
     row_process.serve({row: lambda row=row: build_row(row, how)

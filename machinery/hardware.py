@@ -16,6 +16,7 @@ from __future__ import division
 from __future__ import print_function
 
 import functools
+import os
 
 from machinery import environment
 from machinery import errors
@@ -36,6 +37,15 @@ BF16_GPU_CAPABILITY = (8, 0)
 
 # GPUs from this compute capability on have float16 tensor cores (Volta).
 FP16_GPU_CAPABILITY = (7, 0)
+
+# In a process's environment before its GPUs' devices exist, this makes
+# every GPU allocator of the process take memory as it needs it, whatever
+# the first session or eager op to make the devices asked for. A
+# session's allow_growth alone was not enough for benchmark.py's rows on an
+# H100: the process took the card's memory, and its next child process
+# could not open the GPU ("cudaSetDevice() on GPU:0 failed. Status: out of
+# memory"; docs/gpu.md).
+GROW_GPU_MEMORY = {'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}
 
 # The memory of each virtual GPU split_gpu_for_process makes, in MB: a
 # tower of 128 needs a few hundred; every GPU has twice this.
@@ -58,6 +68,14 @@ def split_gpu_for_process(num_devices):
     tf.config.set_logical_device_configuration(gpus[0], [
         tf.config.LogicalDeviceConfiguration(memory_limit=VIRTUAL_GPU_MB)
         for _ in range(num_devices)])
+
+
+def grow_gpu_memory():
+  """Makes every GPU allocator of this process, and of the processes it
+  starts, take memory as it needs it (GROW_GPU_MEMORY); returns nothing.
+  Call it before the first session or op: a process whose rows share
+  one GPU with child processes (benchmark.py) calls it first thing."""
+  os.environ.update(GROW_GPU_MEMORY)
 
 
 def session_config(num_gpus=1):

@@ -37,6 +37,7 @@ import tempfile
 
 from machinery import environment
 from machinery import errors
+from machinery import hardware
 
 # How the child marks its answers among whatever else it prints.
 MARK = '@@ '
@@ -121,7 +122,7 @@ def onednn_environ(setting):
     onednn = '0'
   else:
     onednn = None
-  return {'TF_ENABLE_ONEDNN_OPTS': onednn, 'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}
+  return dict(hardware.GROW_GPU_MEMORY, TF_ENABLE_ONEDNN_OPTS=onednn)
 
 
 def start_children(script, settings, flag_string):

@@ -7,7 +7,9 @@ the devices they place things on, the notices they print.
 """
 
 import os
+import re
 import signal
+import subprocess
 
 from absl.testing import flagsaver
 import numpy as np
@@ -21,7 +23,7 @@ import cifar10_multi_gpu_train as multi
 import cifar10_predict
 import cifar10_replicated
 import cifar10_train
-from conftest import (NO_GPU, STEP_LINE, build_towers, make_fake_data,
+from conftest import (NO_GPU, REPO, STEP_LINE, build_towers, make_fake_data,
                       run_script, start_script, trained_run)
 from machinery import cluster
 from machinery import errors
@@ -150,6 +152,78 @@ def test_benchmark_runs_two_tower_rows_on_virtual_gpus(one_gpu,
   assert examples == 16
   assert config.gpu_options.experimental.num_virtual_devices_per_gpu == 2
   assert sorted(set(convs)) == ['/device:GPU:0', '/device:GPU:1']
+
+
+class _SetUp(Exception):
+  """What the stand-in for benchmark.setup raises: main went no further."""
+
+
+def test_benchmark_lets_gpu_memory_grow_before_anything_runs(monkeypatch):
+  """benchmark.py's rows and its child processes share one GPU: the
+  environment that makes every allocator grow is in place before setup()
+  makes the first session or op."""
+  monkeypatch.delenv('TF_FORCE_GPU_ALLOW_GROWTH', raising=False)
+  seen = []
+
+  def setup():
+    seen.append(os.environ.get('TF_FORCE_GPU_ALLOW_GROWTH'))
+    raise _SetUp()
+
+  monkeypatch.setattr(benchmark, 'setup', setup)
+  with pytest.raises(_SetUp):
+    benchmark.main()
+  assert seen == ['true']
+
+
+@gpu
+def test_benchmark_rows_and_their_children_share_one_gpu(real_data_dir):
+  """On an H100 the rows of call 1 in docs/gpu.md ran out of GPU memory in
+  their last child (split_bf16) without TF_FORCE_GPU_ALLOW_GROWTH: the
+  same rows, in the same order, with the variable taken away."""
+  env = dict(os.environ)
+  env.pop('TF_FORCE_GPU_ALLOW_GROWTH', None)
+  rows = ['train', 'train_bf16', 'train_held', 'multi1', 'multi2', 'split',
+          'split_bf16']
+  result = run_script('benchmark.py', '--data_dir=' + real_data_dir,
+                      '--rows=' + ','.join(rows), '--steps=5', '--windows=1',
+                      '--warmup=2', env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  for row in rows:
+    assert re.search(r'^\| %s \| .* \| GPU:0' % row, result.stdout,
+                     re.M), result.stdout
+
+
+def test_gpu_plan_runs_the_stages_that_fit_its_seconds(real_data_dir,
+                                                      tmp_path):
+  """docs/gpu_plan.sh, the plan a lent GPU's few minutes run: a stage
+  that fits runs, one that needs more seconds than are left is skipped
+  with a line that says so, and the runs are packed; a wrong stage or
+  budget is one Error: line before anything runs."""
+  env = dict(os.environ, PLAN_DATA=real_data_dir,
+             PLAN_RUNS=str(tmp_path / 'runs'), QUICK='1')
+  plan = ['bash', os.path.join('docs', 'gpu_plan.sh'),
+          str(tmp_path / 'out')]
+
+  def run(*args):
+    return subprocess.run(plan + list(args), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+  ran = run('100', 'info', 't2t83')
+  assert ran.returncode == 0, ran.stdout + ran.stderr
+  assert re.search(r'^== info: exit 0 after \d+ s$', ran.stdout, re.M)
+  assert tf.__version__ in ran.stdout
+  assert re.search(r'^== t2t83: skipped \(\d+ s left, it needs 180\)$',
+                   ran.stdout, re.M), ran.stdout
+  assert (tmp_path / 'out' / 'runs.tar.gz').exists()
+  for args, error in (
+      (['100', 'info', 'nonsense'], "Error: no stage 'nonsense'; the stages "
+       'are: info gpu_tests bench t2t80 towers t2t83 variants suite.'),
+      (['ten'], "Error: SECONDS must be a whole number of seconds, not "
+       "'ten'.")):
+    wrong = run(*args)
+    assert wrong.returncode == 2
+    assert wrong.stdout.startswith(error), wrong.stdout
+    assert '== info' not in wrong.stdout
 
 
 def test_a_notebook_splits_its_one_gpu_for_the_whole_process(monkeypatch):

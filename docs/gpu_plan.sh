@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# The GPU plan of docs/gpu.md in one command, for a lent GPU machine whose
+# time is short: each stage runs only if the seconds it needs are left,
+# under a timeout that keeps the whole plan inside SECONDS, and a line
+# says how each ended (tee the output into OUT/log); the runs' curves,
+# logs and pictures go to OUT/runs.tar.gz.
+#
+#   source /tmp/site/env.sh              # TensorFlow with the GPU (gpu-kit)
+#   bash docs/gpu_plan.sh OUT SECONDS [STAGE ...] 2>&1 | tee OUT/log
+#
+# Stages, in this order (all when none is named): info, gpu_tests, bench,
+# t2t80, towers, t2t83, variants, suite. The data: $CIFAR10_ARCHIVE, the
+# real CIFAR-10 archive, unpacked into /tmp/cifar10_data ($PLAN_DATA); the
+# runs in /tmp/gpu_runs ($PLAN_RUNS), where a rerun resumes t2t80 and t2t83.
+# QUICK=1 shrinks every stage (a dry run of the plan itself, on a CPU).
+set -uo pipefail
+quick=${QUICK:-0}
+data=${PLAN_DATA:-/tmp/cifar10_data}   # the data_dir (unpacked there if empty)
+runs=${PLAN_RUNS:-/tmp/gpu_runs}       # the runs' directories
+export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-1}
+# The traced step is off the summaries' schedule (every 100 steps), whose
+# histograms on the CPU would fill its picture.
+steps=200 windows=3 warmup=50 tsteps=400 trace=250
+[ "$quick" = 1 ] && steps=5 windows=1 warmup=2 tsteps=20 trace=15
+bench_rows=train,train_bf16,train_held,multi1,multi2,split,split_bf16,input,eval
+# One tower's recipes: to 80% (README's quick start) and to 83% (#66).
+r80="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=28"
+r83="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=90 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
+t80=0.80 t83=0.83
+[ "$quick" = 1 ] && r80="--train_epochs=0.1" r83="--train_epochs=0.1" t80=0.2 t83=0.2
+
+info() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
+  nproc; grep -m1 'model name' /proc/cpuinfo
+  python3 -c "import tensorflow as tf; print(tf.__version__, tf.config.list_physical_devices('GPU'))"
+}
+
+bench() {
+  python3 benchmark.py --data_dir=$data --rows=$bench_rows --steps=$steps \
+    --windows=$windows --warmup=$warmup
+}
+
+t2t() {  # NAME TARGET RECIPE: one tower, bfloat16, the evaluator beside.
+  python3 docs/time_to_target.py --trainer=cifar10_train.py --seed=1 \
+    --data_dir=$data --out_dir=$runs/$1 --target=$2 --recipe="$3" \
+    --extra=--use_bf16
+  tail -n 3 $runs/$1/curve.csv
+}
+
+towers() {  # Two virtual GPUs, both updates, a traced step, the evaluator.
+  for update in parameter_server replicated; do
+    rm -rf $runs/v2_$update  # a run of its own, not a resumed one
+    python3 cifar10_multi_gpu_train.py --num_gpus=2 --virtual_gpus \
+      --variable_update=$update --data_dir=$data --train_dir=$runs/v2_$update \
+      --max_steps=$tsteps --log_frequency=100 --trace_steps=$trace
+    python3 docs/plot_timeline.py $runs/v2_$update/trace-step-$trace.json \
+      --out=$runs/timeline_v2_$update.png \
+      --title="two virtual GPUs of one $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $update"
+  done
+  python3 cifar10_eval.py --data_dir=$data --checkpoint_dir=$runs/v2_parameter_server \
+    --eval_dir=$runs/v2_eval --run_once
+}
+
+variants() {  # The train row with each speed option.
+  for opts in --data_format=NHWC --use_fp16 --xla "--use_bf16 --xla"; do
+    echo "-- train row with $opts"
+    python3 benchmark.py --data_dir=$data --rows=train --steps=$steps \
+      --windows=$windows --warmup=$warmup $opts | grep -E '^\| train|100K'
+  done
+}
+
+# A stage's command runs in a child of this script (timeout runs commands,
+# not functions): gpu_plan.sh --do FUNCTION ARGS.
+if [ "${1:-}" = --do ]; then shift; "$@"; exit; fi
+
+usage='usage: gpu_plan.sh OUT SECONDS [STAGE ...]'
+out=${1:?$usage}
+budget=${2:?$usage}
+shift 2
+all='info gpu_tests bench t2t80 towers t2t83 variants suite'
+stages=${*:-$all}
+# A wrong stage or budget is found before anything runs on the lent time.
+[[ $budget =~ ^[0-9]+$ ]] || { echo "Error: SECONDS must be a whole number of seconds, not '$budget'. $usage"; exit 2; }
+for s in $stages; do
+  [[ " $all " == *" $s "* ]] || { echo "Error: no stage '$s'; the stages are: $all."; exit 2; }
+done
+start=$(date +%s)
+mkdir -p "$out" "$data" "$runs"
+[ -d "$data/cifar-10-batches-bin" ] || tar -C "$data" -xzf "${CIFAR10_ARCHIVE:?set CIFAR10_ARCHIVE}"
+
+left() { echo $(( budget - ($(date +%s) - start) )); }
+
+# stage NAME SECONDS COMMAND...: runs COMMAND if SECONDS are left, for at
+# most what is left less 15 s (to pack the runs), and says how it ended.
+stage() {
+  local name=$1 need=$2 l t0 rc
+  shift 2
+  l=$(left)
+  if (( l < need )); then
+    echo "== $name: skipped ($l s left, it needs $need)"
+    return
+  fi
+  echo "== $name: $(date +%T), $l s left: $*"
+  t0=$(date +%s)
+  timeout -k 5 $(( l - 15 )) "$@"
+  rc=$?
+  echo "== $name: exit $rc after $(( $(date +%s) - t0 )) s"
+}
+
+me="bash $0 --do"
+for s in $stages; do
+  case $s in
+    info) stage info 20 $me info ;;
+    gpu_tests) stage gpu_tests 60 python3 -m pytest -q -n 4 -rfEs tests/test_gpu.py ;;
+    bench) stage bench 100 $me bench ;;
+    t2t80) stage t2t80 90 $me t2t t80 $t80 "$r80" ;;
+    t2t83) stage t2t83 180 $me t2t t83 $t83 "$r83" ;;
+    towers) stage towers 60 $me towers ;;
+    variants) stage variants 80 $me variants ;;
+    suite) stage suite 120 python3 -m pytest -v -n ${SUITE_WORKERS:-12} -p no:cacheprovider tests ;;
+  esac
+done
+# The curves, logs and pictures of the runs (no checkpoints).
+tar -C $runs -czf "$out/runs.tar.gz" --exclude='model.ckpt-*' --exclude='events.*' \
+  --exclude=checkpoint --exclude='graph.pbtxt' . 2>/dev/null
+echo "== done: $(( $(date +%s) - start )) s"

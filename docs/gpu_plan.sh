@@ -9,7 +9,7 @@
 #   bash docs/gpu_plan.sh OUT SECONDS [STAGE ...] 2>&1 | tee OUT/log
 #
 # Stages, in this order (all when none is named): info, gpu_tests, bench,
-# t2t80, towers, t2t83, variants, suite. The data: $CIFAR10_ARCHIVE, the
+# t2t80, towers, t2t83, variants, costs, profile, precision2k, suite. The data: $CIFAR10_ARCHIVE, the
 # real CIFAR-10 archive, unpacked into /tmp/cifar10_data ($PLAN_DATA); the
 # runs in /tmp/gpu_runs ($PLAN_RUNS), where a rerun resumes t2t80 and t2t83.
 # QUICK=1 shrinks every stage (a dry run of the plan itself, on a CPU).
@@ -20,8 +20,8 @@ runs=${PLAN_RUNS:-/tmp/gpu_runs}       # the runs' directories
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-1}
 # The traced step is off the summaries' schedule (every 100 steps), whose
 # histograms on the CPU would fill its picture.
-steps=200 windows=3 warmup=50 tsteps=400 trace=250
-[ "$quick" = 1 ] && steps=5 windows=1 warmup=2 tsteps=20 trace=15
+steps=200 windows=3 warmup=50 tsteps=400 trace=250 csteps=2000
+[ "$quick" = 1 ] && steps=5 windows=1 warmup=2 tsteps=20 trace=15 csteps=300
 bench_rows=train,train_bf16,train_held,multi1,multi2,split,split_bf16,input,eval
 # One tower's recipes: to 80% (README's quick start) and to 83% (#66).
 r80="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=28"
@@ -69,6 +69,32 @@ variants() {  # The train row with each speed option.
   done
 }
 
+costs() {  # The trainer's step beside the benchmark's: summaries, --seed.
+  for opts in "" --save_summaries_steps=1000000 --seed=1; do
+    rm -rf $runs/costs
+    python3 cifar10_train.py --data_dir=$data --train_dir=$runs/costs \
+      --max_steps=$csteps --log_frequency=100 $opts 2>&1 |
+      grep -o '([0-9.]* examples/sec' | tail -n +3 | tr -d '(' | sort -n |
+      awk -v o="${opts:-the defaults}" '{r[NR]=$1} END {print "cifar10_train.py with " o ": median " r[int((NR+1)/2)] " examples/sec (" r[1] ".." r[NR] "), " NR " log lines"}'
+  done
+}
+
+profile() {  # Where the one-tower step's time goes on the GPU.
+  python3 benchmark.py --data_dir=$data --rows=train,multi1 --steps=$steps \
+    --windows=$windows --warmup=$warmup --profile_steps=10
+}
+
+precision2k() {  # The tutorial's 2,000 steps in each precision.
+  for opts in "" --use_bf16 --use_fp16; do
+    rm -rf $runs/p2k
+    python3 cifar10_train.py --data_dir=$data --train_dir=$runs/p2k \
+      --max_steps=$csteps --log_frequency=1000 $opts > /dev/null 2>&1
+    echo "${opts:-float32}: $(python3 cifar10_eval.py --data_dir=$data \
+      --checkpoint_dir=$runs/p2k --eval_dir=$runs/p2k_eval --run_once 2>&1 |
+      grep -o 'precision @ 1 = [0-9.]*')"
+  done
+}
+
 # A stage's command runs in a child of this script (timeout runs commands,
 # not functions): gpu_plan.sh --do FUNCTION ARGS.
 if [ "${1:-}" = --do ]; then shift; "$@"; exit; fi
@@ -77,7 +103,7 @@ usage='usage: gpu_plan.sh OUT SECONDS [STAGE ...]'
 out=${1:?$usage}
 budget=${2:?$usage}
 shift 2
-all='info gpu_tests bench t2t80 towers t2t83 variants suite'
+all='info gpu_tests bench t2t80 towers t2t83 variants costs profile precision2k suite'
 stages=${*:-$all}
 # A wrong stage or budget is found before anything runs on the lent time.
 [[ $budget =~ ^[0-9]+$ ]] || { echo "Error: SECONDS must be a whole number of seconds, not '$budget'. $usage"; exit 2; }
@@ -117,6 +143,9 @@ for s in $stages; do
     t2t83) stage t2t83 180 $me t2t t83 $t83 "$r83" ;;
     towers) stage towers 60 $me towers ;;
     variants) stage variants 80 $me variants ;;
+    costs) stage costs 90 $me costs ;;
+    profile) stage profile 60 $me profile ;;
+    precision2k) stage precision2k 90 $me precision2k ;;
     suite) stage suite 120 python3 -m pytest -v -n ${SUITE_WORKERS:-12} -p no:cacheprovider tests ;;
   esac
 done

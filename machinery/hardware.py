@@ -4,7 +4,9 @@ tower_devices() chooses a device for each tower of the multi-GPU and
 distributed trainers: a GPU each, virtual GPUs split from GPU 0
 (--virtual_gpus), or the CPU; all_reduce_between() which collective
 averages their gradients when each keeps its own variables.
-session_config() makes the ConfigProto every script's sessions start from.
+session_config() makes the ConfigProto every script's sessions start from;
+grow_gpu_memory() lets a process that shares a GPU with its own children
+take the GPU's memory only as it needs it.
 precision_notice() says when --use_fp16 or --use_bf16 will be slow here
 (a CPU without bfloat16 units, a GPU without tensor cores for it), and
 nchw_runs_here() whether --data_format=NCHW can run (GPUs, or

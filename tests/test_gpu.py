@@ -177,9 +177,10 @@ def test_benchmark_lets_gpu_memory_grow_before_anything_runs(monkeypatch):
 
 @gpu
 def test_benchmark_rows_and_their_children_share_one_gpu(real_data_dir):
-  """On an H100 the rows of call 1 in docs/gpu.md ran out of GPU memory in
-  their last child (split_bf16) without TF_FORCE_GPU_ALLOW_GROWTH: the
-  same rows, in the same order, with the variable taken away."""
+  """On an H100 these rows, in this order, ran out of GPU memory in their
+  last child (split_bf16) without TF_FORCE_GPU_ALLOW_GROWTH (docs/gpu.md,
+  "What ran, and what broke"): the same rows with the variable taken
+  away."""
   env = dict(os.environ)
   env.pop('TF_FORCE_GPU_ALLOW_GROWTH', None)
   rows = ['train', 'train_bf16', 'train_held', 'multi1', 'multi2', 'split',

@@ -9,9 +9,10 @@
 #   bash docs/gpu_plan.sh OUT SECONDS [STAGE ...] 2>&1 | tee OUT/log
 #
 # Stages, in this order (all when none is named): info, gpu_tests, bench,
-# t2t80, towers, t2t83, variants, costs, profile, precision2k, suite. The data: $CIFAR10_ARCHIVE, the
-# real CIFAR-10 archive, unpacked into /tmp/cifar10_data ($PLAN_DATA); the
-# runs in /tmp/gpu_runs ($PLAN_RUNS), where a rerun resumes t2t80 and t2t83.
+# t2t80, towers, t2t83, variants, costs, profile, precision2k, suite.
+# The data: $CIFAR10_ARCHIVE, the real CIFAR-10 archive, unpacked into
+# /tmp/cifar10_data ($PLAN_DATA); the runs in /tmp/gpu_runs ($PLAN_RUNS),
+# where a rerun resumes t2t80 and t2t83.
 # QUICK=1 shrinks every stage (a dry run of the plan itself, on a CPU).
 set -uo pipefail
 quick=${QUICK:-0}

@@ -40,15 +40,6 @@ BF16_GPU_CAPABILITY = (8, 0)
 # GPUs from this compute capability on have float16 tensor cores (Volta).
 FP16_GPU_CAPABILITY = (7, 0)
 
-# In a process's environment before its GPUs' devices exist, this makes
-# every GPU allocator of the process take memory as it needs it, whatever
-# the first session or eager op to make the devices asked for. A
-# session's allow_growth alone was not enough for benchmark.py's rows on an
-# H100: the process took the card's memory, and its next child process
-# could not open the GPU ("cudaSetDevice() on GPU:0 failed. Status: out of
-# memory"; docs/gpu.md).
-GROW_GPU_MEMORY = {'TF_FORCE_GPU_ALLOW_GROWTH': 'true'}
-
 # The memory of each virtual GPU split_gpu_for_process makes, in MB: a
 # tower of 128 needs a few hundred; every GPU has twice this.
 VIRTUAL_GPU_MB = 2048
@@ -74,10 +65,18 @@ def split_gpu_for_process(num_devices):
 
 def grow_gpu_memory():
   """Makes every GPU allocator of this process, and of the processes it
-  starts, take memory as it needs it (GROW_GPU_MEMORY); returns nothing.
-  Call it before the first session or op: a process whose rows share
-  one GPU with child processes (benchmark.py) calls it first thing."""
-  os.environ.update(GROW_GPU_MEMORY)
+  starts (they inherit its environment), take memory as it needs it,
+  whatever the first session or eager op to make the devices asked for;
+  returns nothing. Call it before the first session or op.
+
+  A session's allow_growth alone was not enough for benchmark.py on an
+  H100: with TF_FORCE_GPU_ALLOW_GROWTH set only for the Keras rows'
+  children, its split_bf16 child could not open the GPU ("cudaSetDevice()
+  on GPU:0 failed. Status: out of memory"; the card's memory was gone to
+  the parent or a child started before it); set in the parent, which every
+  child inherits, every row ran (docs/gpu.md).
+  """
+  os.environ['TF_FORCE_GPU_ALLOW_GROWTH'] = 'true'
 
 
 def session_config(num_gpus=1):

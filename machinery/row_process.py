@@ -37,7 +37,6 @@ import tempfile
 
 from machinery import environment
 from machinery import errors
-from machinery import hardware
 
 # How the child marks its answers among whatever else it prints.
 MARK = '@@ '
@@ -115,14 +114,16 @@ def onednn_environ(setting):
   oneDNN on; tf_default leaves TF_ENABLE_ONEDNN_OPTS to TensorFlow, except
   on the CPUs where the scripts would turn oneDNN on (environment.py):
   there it says what TensorFlow does by itself, off. The GPU, if any, is
-  shared with the parent and the other children."""
+  shared with the parent and the other children: each lets its memory
+  grow as the parent's environment, which it inherits, says
+  (hardware.grow_gpu_memory)."""
   if setting == 'onednn_on':
     onednn = '1'
   elif environment.onednn_setting(environment.cpu_flags(), {}):
     onednn = '0'
   else:
     onednn = None
-  return dict(hardware.GROW_GPU_MEMORY, TF_ENABLE_ONEDNN_OPTS=onednn)
+  return {'TF_ENABLE_ONEDNN_OPTS': onednn}
 
 
 def start_children(script, settings, flag_string):

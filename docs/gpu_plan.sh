@@ -9,7 +9,9 @@
 #   bash docs/gpu_plan.sh OUT SECONDS [STAGE ...] 2>&1 | tee OUT/log
 #
 # Stages, in this order (all when none is named): info, gpu_tests, bench,
-# t2t80, towers, t2t83, variants, costs, profile, precision2k, suite.
+# t2t80, towers, t2t83, variants, costs, profile, precision2k, suite; and
+# t2t83x8 (eight towers as eight virtual GPUs to 83%, seeds $PLAN_SEEDS,
+# by default 1 then 2), named alone.
 # The data: $CIFAR10_ARCHIVE, the real CIFAR-10 archive, unpacked into
 # /tmp/cifar10_data ($PLAN_DATA); the runs in /tmp/gpu_runs ($PLAN_RUNS),
 # where a rerun resumes t2t80 and t2t83.
@@ -27,8 +29,11 @@ bench_rows=train,train_bf16,train_held,multi1,multi2,split,split_bf16,input,eval
 # One tower's recipes: to 80% (README's quick start) and to 83% (#66).
 r80="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=28"
 r83="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=90 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
+# Eight towers' recipe to 83% (#66, docs/scaling.md): 180 epochs, 8,790
+# steps of 1,024 examples.
+r83x8="--optimizer=lars --lars_trust_coefficient=0.3 --nesterov --lr_schedule=cosine --initial_learning_rate=0.005 --learning_rate_scaling=linear --warmup_epochs=2 --train_epochs=180 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
 t80=0.80 t83=0.83
-[ "$quick" = 1 ] && r80="--train_epochs=0.1" r83="--train_epochs=0.1" t80=0.2 t83=0.2
+[ "$quick" = 1 ] && r80="--train_epochs=0.1" r83="--train_epochs=0.1" r83x8="--train_epochs=0.1" t80=0.2 t83=0.2
 
 info() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
@@ -46,6 +51,15 @@ t2t() {  # NAME TARGET RECIPE: one tower, bfloat16, the evaluator beside.
     --data_dir=$data --out_dir=$runs/$1 --target=$2 --recipe="$3" \
     --extra=--use_bf16
   tail -n 3 $runs/$1/curve.csv
+}
+
+t2t8() {  # The same with eight towers, on eight virtual GPUs, each seed.
+  for seed in ${PLAN_SEEDS:-1 2}; do
+    python3 docs/time_to_target.py --towers=8 --seed=$seed \
+      --data_dir=$data --out_dir=$runs/t83x8_s$seed --target=$t83 \
+      --recipe="$r83x8" --extra=--use_bf16
+    tail -n 2 $runs/t83x8_s$seed/curve.csv
+  done
 }
 
 towers() {  # Two virtual GPUs, both updates, a traced step, the evaluator.
@@ -106,6 +120,7 @@ budget=${2:?$usage}
 shift 2
 all='info gpu_tests bench t2t80 towers t2t83 variants costs profile precision2k suite'
 stages=${*:-$all}
+all="$all t2t83x8"
 # A wrong stage or budget is found before anything runs on the lent time.
 [[ $budget =~ ^[0-9]+$ ]] || { echo "Error: SECONDS must be a whole number of seconds, not '$budget'. $usage"; exit 2; }
 for s in $stages; do
@@ -142,6 +157,7 @@ for s in $stages; do
     bench) stage bench 100 $me bench ;;
     t2t80) stage t2t80 90 $me t2t t80 $t80 "$r80" ;;
     t2t83) stage t2t83 180 $me t2t t83 $t83 "$r83" ;;
+    t2t83x8) stage t2t83x8 180 $me t2t8 ;;
     towers) stage towers 60 $me towers ;;
     variants) stage variants 80 $me variants ;;
     costs) stage costs 90 $me costs ;;

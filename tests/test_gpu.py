@@ -218,7 +218,7 @@ def test_gpu_plan_runs_the_stages_that_fit_its_seconds(real_data_dir,
   assert (tmp_path / 'out' / 'runs.tar.gz').exists()
   for args, error in (
       (['100', 'info', 'nonsense'], r"Error: no stage 'nonsense'; the "
-       r'stages are: info gpu_tests bench .* suite\.$'),
+       r'stages are: info gpu_tests bench .* suite t2t83x8\.$'),
       (['ten'], r"Error: SECONDS must be a whole number of seconds, not "
        r"'ten'\.")):
     wrong = run(*args)

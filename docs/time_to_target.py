@@ -259,7 +259,8 @@ def run(args):
   trainer = subprocess.Popen(trainer_cmd, stdout=log, stderr=log)
   evaluator = subprocess.Popen(evaluator_cmd, stdout=log, stderr=log)
   try:
-    done = follow(args, trainer, curve, csv_path, start, resumed)
+    done = follow(args, trainer, evaluator, curve, csv_path, start, resumed)
+    evaluator_exit = evaluator.poll()  # Not None: it died and ended the run.
   finally:
     stop(trainer)
     stop(evaluator)
@@ -268,13 +269,21 @@ def run(args):
     rows = diverged_rows(args, log.name)
     append_rows(csv_path, rows)
     done = outcome(args, curve + rows)
-  return done or 'trainer ended (exit %s) before the run did: %s' % (
+  if done:
+    return done
+  if evaluator_exit is not None:
+    return ('evaluator ended (exit %s) before the run did, so the trainer was '
+            'stopped (run the same command again to resume): %s' % (
+                evaluator_exit, last_error(log.name) or
+                'its traceback is in ' + log.name))
+  return 'trainer ended (exit %s) before the run did: %s' % (
       trainer.returncode, last_error(log.name) or 'no Error line')
 
 
-def follow(args, trainer, curve, csv_path, start, resumed):
-  """Writes each new evaluation to the CSV until the run ends or the
-  trainer has been gone two minutes; returns outcome()'s line or None."""
+def follow(args, trainer, evaluator, curve, csv_path, start, resumed):
+  """Writes each new evaluation to the CSV until the run ends, the
+  evaluator dies (no run ends without it), or the trainer has been gone two
+  minutes; returns outcome()'s line or None."""
   times = {}
   trainer_done_at = None
   while True:
@@ -288,7 +297,8 @@ def follow(args, trainer, curve, csv_path, start, resumed):
     done = outcome(args, curve)
     if trainer.poll() is not None and trainer_done_at is None:
       trainer_done_at = time.time()
-    if done or (trainer_done_at and time.time() - trainer_done_at > 120):
+    if (done or evaluator.poll() is not None or
+        (trainer_done_at and time.time() - trainer_done_at > 120)):
       return done
 
 

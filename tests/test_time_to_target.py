@@ -182,3 +182,28 @@ def test_killed_it_stops_its_trainer_and_evaluator(fake_data_dir, tmp_path):
   left = subprocess.run(['pgrep', '-f', str(out)], capture_output=True,
                         text=True)
   assert left.stdout.strip() == '', left.stdout
+
+
+def test_an_evaluator_that_dies_ends_the_run_and_stops_its_trainer(
+    fake_data_dir, tmp_path):
+  """On one H100 the evaluator beside eight virtual GPUs died at its first
+  evaluation and the trainer trained on, unevaluated, to its last step
+  (docs/gpu.md). Here the evaluator dies at its start (no test images):
+  the run ends within a minute or so, not 50 epochs later, and says why."""
+  os.remove(os.path.join(fake_data_dir, 'cifar-10-batches-bin',
+                         'test_batch.bin'))
+  out = tmp_path / 'no_evaluator'
+  ended = subprocess.run(
+      [sys.executable, os.path.join(REPO, 'docs', 'time_to_target.py'),
+       '--trainer=cifar10_train.py', '--data_dir=' + fake_data_dir,
+       '--out_dir=%s' % out, '--max_epochs=50', '--seed=3'],
+      capture_output=True, text=True, timeout=240)
+  assert ended.returncode == 0, ended.stderr[-3000:]
+  assert ended.stdout.startswith(
+      'evaluator ended (exit 1) before the run did, so the trainer was '
+      'stopped (run the same command again to resume): Error: Failed to '
+      'find file: '), ended.stdout
+  assert 'test_batch.bin' in ended.stdout
+  left = subprocess.run(['pgrep', '-f', str(out)], capture_output=True,
+                        text=True)
+  assert left.stdout.strip() == '', left.stdout

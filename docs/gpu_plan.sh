@@ -53,11 +53,13 @@ t2t() {  # NAME TARGET RECIPE: one tower, bfloat16, the evaluator beside.
   tail -n 3 $runs/$1/curve.csv
 }
 
-t2t8() {  # The same with eight towers, on eight virtual GPUs, each seed.
+t2t8() {  # The same with eight towers, on eight virtual GPUs, each seed;
+  # the evaluator on the CPU: beside eight virtual GPUs it could not make
+  # its cuBLAS handle on an H100 (docs/gpu.md).
   for seed in ${PLAN_SEEDS:-1 2}; do
     python3 docs/time_to_target.py --towers=8 --seed=$seed \
       --data_dir=$data --out_dir=$runs/t83x8_s$seed --target=$t83 \
-      --recipe="$r83x8" --extra=--use_bf16
+      --recipe="$r83x8" --extra=--use_bf16 --evaluator_on_cpu
     tail -n 2 $runs/t83x8_s$seed/curve.csv
   done
 }

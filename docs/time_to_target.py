@@ -79,6 +79,10 @@ def parse_args(argv):
   p.add_argument('--extra', default='',
                  help='more trainer flags, not written to the CSV, e.g. '
                  '"--use_bf16"')
+  p.add_argument('--evaluator_on_cpu', action='store_true',
+                 help='hide the GPUs from the evaluator, which then runs on '
+                 'the CPU and leaves the GPU to the trainer (on one H100 '
+                 'it could not start beside eight virtual GPUs: docs/gpu.md)')
   args = p.parse_args(argv)
   if args.trainer == 'cifar10_train.py' and args.towers != 1:
     p.error('cifar10_train.py trains one tower: leave --towers out.')
@@ -116,6 +120,15 @@ def commands(args):
   if args.held_out:
     evaluator.append('--eval_data=held_out')
   return trainer, evaluator
+
+
+def evaluator_environ(args):
+  """Returns the evaluator's environment: this process's, with no GPU
+  visible to it under --evaluator_on_cpu."""
+  environ = dict(os.environ)
+  if args.evaluator_on_cpu:
+    environ['CUDA_VISIBLE_DEVICES'] = ''
+  return environ
 
 
 def evaluations(eval_dir):
@@ -257,7 +270,8 @@ def run(args):
   # rather than train on holding the directory's lock.
   signal.signal(signal.SIGTERM, signal.default_int_handler)
   trainer = subprocess.Popen(trainer_cmd, stdout=log, stderr=log)
-  evaluator = subprocess.Popen(evaluator_cmd, stdout=log, stderr=log)
+  evaluator = subprocess.Popen(evaluator_cmd, stdout=log, stderr=log,
+                               env=evaluator_environ(args))
   try:
     done = follow(args, trainer, evaluator, curve, csv_path, start, resumed)
     evaluator_exit = evaluator.poll()  # Not None: it died and ended the run.

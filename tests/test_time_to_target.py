@@ -53,6 +53,39 @@ def test_commands_checkpoint_every_epoch_and_stop_at_max_epochs():
   assert not any(a.startswith('--num_gpus') for a in one)
 
 
+def test_evaluator_on_cpu_hides_the_gpus_from_the_evaluator_alone(
+    monkeypatch):
+  monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0')
+  assert time_to_target.evaluator_environ(_args())['CUDA_VISIBLE_DEVICES'] \
+      == '0'
+  on_cpu = time_to_target.evaluator_environ(_args('--evaluator_on_cpu'))
+  assert on_cpu['CUDA_VISIBLE_DEVICES'] == ''
+  assert on_cpu['PATH'] == os.environ['PATH']
+
+
+def test_run_starts_the_evaluator_in_its_environment(monkeypatch, tmp_path):
+  started = []
+
+  class Child(object):
+    returncode = 0
+
+    def __init__(self, command, env=None, **unused_kwargs):
+      started.append((command, env))
+
+    def poll(self):
+      return 0
+
+  monkeypatch.setattr(time_to_target.subprocess, 'Popen', Child)
+  monkeypatch.setattr(time_to_target, 'follow', lambda *unused: 'ended')
+  args = time_to_target.parse_args(['--data_dir=D', '--out_dir=%s' % tmp_path,
+                                    '--evaluator_on_cpu'])
+  assert time_to_target.run(args) == 'ended'
+  (trainer, trainer_env), (evaluator, evaluator_env) = started
+  assert trainer[1].endswith('cifar10_multi_gpu_train.py') and not trainer_env
+  assert any(part.endswith('cifar10_eval.py') for part in evaluator)
+  assert evaluator_env['CUDA_VISIBLE_DEVICES'] == ''
+
+
 def test_held_out_trains_without_the_held_out_images_and_evaluates_them():
   trainer, evaluator = time_to_target.commands(_args('--held_out'))
   assert '--hold_out' in trainer

@@ -6,7 +6,8 @@ at low priority evaluating each new checkpoint, and stops both when a
 checkpoint evaluates at --target or more, when --max_epochs are done, or
 when the run is still below --give_up_below at --give_up_epochs. Every
 evaluation goes to OUT/curve.csv as it comes; the last line printed says
-how the run ended. Run it again on the same --out_dir to resume.
+how the run ended. The trainer writes OUT/log, the evaluator OUT/eval_log.
+Run it again on the same --out_dir to resume.
 
     python docs/time_to_target.py --towers=4 --seed=1 --data_dir=D \\
         --out_dir=~/long/t4_none_s1 [--learning_rate_scaling=linear \\
@@ -264,14 +265,17 @@ def run(args):
   resumed = os.path.isdir(os.path.join(args.out_dir, 'train'))
   trainer_cmd, evaluator_cmd = commands(args)
   start = time.time()
+  # Each child its own log, so an Error line names whose it is.
   log = open(os.path.join(args.out_dir, 'log'), 'a')
+  eval_log = open(os.path.join(args.out_dir, 'eval_log'), 'a')
   print(' '.join(trainer_cmd), file=log, flush=True)
+  print(' '.join(evaluator_cmd), file=eval_log, flush=True)
   # Killed (SIGTERM) as when stopped by Ctrl-C: the children stop too,
   # rather than train on holding the directory's lock.
   signal.signal(signal.SIGTERM, signal.default_int_handler)
   trainer = subprocess.Popen(trainer_cmd, stdout=log, stderr=log)
-  evaluator = subprocess.Popen(evaluator_cmd, stdout=log, stderr=log,
-                               env=evaluator_environ(args))
+  evaluator = subprocess.Popen(evaluator_cmd, stdout=eval_log,
+                               stderr=eval_log, env=evaluator_environ(args))
   try:
     done = follow(args, trainer, evaluator, curve, csv_path, start, resumed)
     evaluator_exit = evaluator.poll()  # Not None: it died and ended the run.
@@ -279,6 +283,7 @@ def run(args):
     stop(trainer)
     stop(evaluator)
     log.close()
+    eval_log.close()
   if not done:
     rows = diverged_rows(args, log.name)
     append_rows(csv_path, rows)
@@ -288,8 +293,8 @@ def run(args):
   if evaluator_exit is not None:
     return ('evaluator ended (exit %s) before the run did, so the trainer was '
             'stopped (run the same command again to resume): %s' % (
-                evaluator_exit, last_error(log.name) or
-                'its traceback is in ' + log.name))
+                evaluator_exit, last_error(eval_log.name) or
+                'its traceback is in ' + eval_log.name))
   return 'trainer ended (exit %s) before the run did: %s' % (
       trainer.returncode, last_error(log.name) or 'no Error line')
 

@@ -237,6 +237,9 @@ def test_an_evaluator_that_dies_ends_the_run_and_stops_its_trainer(
       'stopped (run the same command again to resume): Error: Failed to '
       'find file: '), ended.stdout
   assert 'test_batch.bin' in ended.stdout
+  # The line is the evaluator's own, from its log; the trainer's has none.
+  assert 'test_batch.bin' in (out / 'eval_log').read_text()
+  assert 'test_batch.bin' not in (out / 'log').read_text()
   left = subprocess.run(['pgrep', '-f', str(out)], capture_output=True,
                         text=True)
   assert left.stdout.strip() == '', left.stdout

@@ -149,7 +149,8 @@ def best_steps(runs, target=TARGET):
 
 def print_recipes(runs, target=TARGET):
   """Prints a row per (towers, recipe): its seeds' steps, examples and
-  epochs to target (min..max), and each run's best precision."""
+  epochs to target (min..max; the steps say how many seeds reached it when
+  not all did), and each run's best precision."""
   print('| towers | recipe | seeds | steps to %.0f%% | examples (millions) '
         '| epochs | best precision (at epoch) |' % (100 * target))
   print('| ---: | --- | ---: | --- | --- | --- | --- |')
@@ -163,11 +164,14 @@ def print_recipes(runs, target=TARGET):
       low, high = (fmt % (f(hit[i] for hit in hits) / scale)
                    for f in (min, max))
       return low if low == high else low + '..' + high
+    steps = spread(0)
+    if hits and len(hits) < len(seeds):
+      steps += ' (%d of %d seeds)' % (len(hits), len(seeds))
     bests = '; '.join('seed %d %.1f%% (%.1f)' % (
         (seed,) + max((100 * p[3], p[2]) for p in points))
                       for seed, points in sorted(seeds.items()))
     print('| %d | %s | %d | %s | %s | %s | %s |' % (
-        towers, label(recipe, towers), len(seeds), spread(0), spread(1, 1e6, '%.2f'),
+        towers, label(recipe, towers), len(seeds), steps, spread(1, 1e6, '%.2f'),
         spread(2, 1, '%.1f'), bests))
 
 

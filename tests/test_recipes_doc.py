@@ -132,3 +132,17 @@ def test_targets_table_and_a_fit_at_each_target(tmp_path, capsys):
   assert '80%%: S_min %.0f steps, B_crit %.0f examples (towers 1, 8)' % (
       s_min, b_crit) in out
   assert '83%: reached by 1 tower(s) only: no fit' in out
+
+
+def test_recipes_table_says_when_not_every_seed_reached(tmp_path, capsys):
+  _write(tmp_path / 'all.csv', [_row(1617, 0.8006), _row(1617, 0.795, seed=2),
+                                _row(1715, 0.799, seed=2)])
+  recipes.print_recipes(recipes.read_recipes(str(tmp_path / 'all.csv')))
+  row = capsys.readouterr().out.splitlines()[2].split(' | ')
+  assert row[2:4] == ['2', '1617 (1 of 2 seeds)']
+  assert row[-1] == 'seed 1 80.1% (33.1); seed 2 79.9% (35.1) |'
+  _write(tmp_path / 'both.csv', [_row(1617, 0.8006),
+                                 _row(1715, 0.801, seed=2)])
+  recipes.print_recipes(recipes.read_recipes(str(tmp_path / 'both.csv')))
+  assert capsys.readouterr().out.splitlines()[2].split(' | ')[3] == \
+      '1617..1715'

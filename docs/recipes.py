@@ -15,7 +15,9 @@ docs/time_to_80.csv: each number of towers at its fewest steps) and to the
 recipes (each number of towers at its best recipe), draws both against
 the batch into --out, and prints the minutes to the target that the
 step-cost model of docs/plot_scaling.py predicts for N GPUs with the
-recipes' steps.
+recipes' steps. With --answer, it draws docs/scaling.md's first picture
+instead: the steps to 80% and 83% per number of towers and their
+predicted minutes on N GPUs.
 
 Usage (matplotlib comes with requirements-dev.txt):
   python docs/recipes.py --collect ~/long/r*_s*/curve.csv \\
@@ -26,6 +28,10 @@ Usage (matplotlib comes with requirements-dev.txt):
   python docs/recipes.py --curves=docs/recipes_to_83.csv --target=0.83
   python docs/recipes.py --curves=docs/recipes_to_80.csv \\
       --curves=docs/recipes_to_83.csv --targets=0.78,0.8,0.82,0.83
+  python docs/recipes.py --curves=docs/recipes_to_80.csv \\
+      --curves=docs/recipes_to_83.csv --sgd=docs/time_to_80.csv \\
+      --cpu_sgd=docs/time_to_80_cpu.csv \\
+      --sgd_long=docs/precision_float32_100k.csv --answer=docs/answer.png
 """
 
 import argparse
@@ -36,12 +42,14 @@ import math
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+import matplotlib.ticker  # pylint: disable=g-import-not-at-top
 
 import plot_scaling  # pylint: disable=g-import-not-at-top
 import time_to_target  # pylint: disable=g-import-not-at-top
 
 BATCH = 128
 TARGET = 0.80
+ANSWER_TARGETS = (0.80, 0.83)  # The answer's columns.
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s', 'recipe']
 
@@ -230,6 +238,102 @@ def plot(sgd, recipe, out, target=TARGET):
   return fits
 
 
+def reached_steps(runs, target=TARGET):
+  """Returns {towers: (steps of each seed that reached target, seeds
+  run)} for each number of towers' recipe that reached it: the recipes
+  every seed (and two or more) took there first, then by fewest mean
+  steps (the tutorial's SGD, whose recipe is empty, left out)."""
+  best = {}
+  for (towers, config), seeds in runs.items():
+    if not config:
+      continue
+    hits = [hit[0] for hit in (
+        plot_scaling.crossing([p + (None,) for p in points], target)
+        for points in seeds.values()) if hit]
+    if not hits:
+      continue
+    rank = (len(hits) < len(seeds), len(seeds) < 2, sum(hits) / len(hits))
+    if towers not in best or rank < best[towers][0]:
+      best[towers] = (rank, (sorted(hits), len(seeds)))
+  return {towers: found for towers, (_, found) in best.items()}
+
+
+def first_step_at(path, target):
+  """Returns the first step of a step,precision CSV (# comments allowed,
+  docs/precision_float32_100k.csv) at target or more, or None."""
+  with open(path) as f:
+    rows = [line.split(',') for line in f
+            if line.strip() and not line.startswith('#')]
+  return next((int(s) for s, p in rows if float(p) >= target), None)
+
+
+def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
+  """Draws the answer: the recipes' steps to each target against the
+  number of towers (min..max over the seeds that reached it, hollow where
+  not every seed did), the tutorial's one-tower SGD as a line per target,
+  and the minutes those steps take on N GPUs (predicted, 3 ms towers,
+  PCIe); returns {target: reached_steps(runs, target)}."""
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.3))
+  towers_all = (1, 2, 4, 8)
+  found = {}
+  for target, color in zip(targets, ('tab:blue', 'tab:red')):
+    found[target] = reached = reached_steps(runs, target)
+    name = '%.0f%%' % (100 * target)
+    for towers, (hits, seeds) in sorted(reached.items()):
+      mean = sum(hits) / len(hits)
+      every = len(hits) == seeds
+      left.errorbar([towers], [mean], yerr=[[mean - hits[0]],
+                                            [hits[-1] - mean]],
+                    fmt='o', color=color, capsize=3,
+                    mfc=color if every else 'white')
+      if not every:
+        left.annotate('%d of %d seeds' % (len(hits), seeds), (towers, mean),
+                      textcoords='offset points', xytext=(8, -3),
+                      fontsize=8, color=color)
+      right.plot([towers], [plot_scaling.predicted_minutes(
+          mean * BATCH * towers, towers, plot_scaling.TOWER_MS[0],
+          plot_scaling.PCIE_GB_S, False)], 'o', color=color,
+                 mfc=color if every else 'white')
+    left.plot([], [], 'o-', color=color, label='the recipes, to %s' % name)
+    for t in towers_all:  # A line joins neighbours only: no guessed ones.
+      if t in reached and 2 * t in reached:
+        left.plot([t, 2 * t], [sum(reached[n][0]) / len(reached[n][0])
+                               for n in (t, 2 * t)], '-', color=color)
+      if t not in reached:
+        left.annotate('%s: not yet' % name, (t, 0.02 + 0.06 * (
+            target == targets[-1])), xycoords=('data', 'axes fraction'),
+                      ha='center', fontsize=8, color=color)
+    if target in sgd:
+      left.axhline(sgd[target], ls=':', color=color, label="the tutorial's "
+                   'SGD, one tower, to %s: {:,}'.format(sgd[target]) % name)
+      right.axhline(plot_scaling.predicted_minutes(
+          sgd[target] * BATCH, 1, plot_scaling.TOWER_MS[0],
+          plot_scaling.PCIE_GB_S, False), ls=':', color=color,
+                    label="the tutorial's SGD, one GPU, to %s" % name)
+    right.plot([], [], 'o', color=color, label='the recipes, to %s' % name)
+  for axes in (left, right):
+    axes.set_xscale('log', base=2)
+    axes.set_xticks(towers_all)
+    axes.set_xticklabels([str(t) for t in towers_all])
+    axes.set_yscale('log')
+    axes.yaxis.set_major_locator(matplotlib.ticker.LogLocator(
+        subs=(1.0, 2.0, 5.0)))
+    axes.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+        lambda y, _: '{:,g}'.format(y)))
+    axes.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes.grid(alpha=0.3, which='both')
+    axes.legend(fontsize=7)
+  left.set_xlabel('towers of 128 (measured: virtual devices on CPUs)')
+  left.set_ylabel('steps to the target (precision @ 1)')
+  left.set_title('Steps to 80% and 83%', fontsize=10)
+  right.set_xlabel('GPUs')
+  right.set_ylabel('minutes (predicted: 3 ms towers, PCIe)')
+  right.set_title('Minutes on N GPUs, predicted', fontsize=10)
+  fig.tight_layout()
+  fig.savefig(out, dpi=110)
+  return found
+
+
 def print_minutes(recipes, sgd, target=TARGET):
   """Prints the predicted minutes to the target of N GPUs, a row for the
   tutorial's SGD ({towers: steps}) and one for the recipe ({towers:
@@ -302,11 +406,31 @@ def main():
   p.add_argument('--target', type=float, default=TARGET)
   p.add_argument('--targets', default=None,
                  help='comma-separated targets, e.g. 0.78,0.8,0.82,0.83')
+  p.add_argument('--answer', default=None,
+                 help="draws the answer's picture (80%% and 83%%) here")
+  p.add_argument('--sgd_long', default=None,
+                 help="the tutorial's long one-tower run, step,precision")
   args = p.parse_args()
   if args.collect is not None:
     collect(args.collect, args.curves[0])
     return
   runs = read_all(args.curves)
+  if args.answer:
+    sgd = {}
+    for target in ANSWER_TARGETS:
+      steps = sgd_steps(args.sgd, args.cpu_sgd, target).get(1) if (
+          args.sgd) else None
+      if steps is None and args.sgd_long:
+        steps = first_step_at(args.sgd_long, target)
+      if steps is not None:
+        sgd[target] = steps
+    for target, reached in plot_answer(runs, sgd, args.answer).items():
+      print('%.0f%%: %s' % (100 * target, '; '.join(
+          '%d towers %s (%d of %d seeds)' % (
+              t, '..'.join(str(s) for s in sorted({hits[0], hits[-1]})),
+              len(hits), seeds) for t, (hits, seeds) in sorted(
+                  reached.items()))))
+    return
   if args.targets:
     print_targets(runs, [float(t) for t in args.targets.split(',')])
     return

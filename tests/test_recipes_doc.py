@@ -146,3 +146,43 @@ def test_recipes_table_says_when_not_every_seed_reached(tmp_path, capsys):
   recipes.print_recipes(recipes.read_recipes(str(tmp_path / 'both.csv')))
   assert capsys.readouterr().out.splitlines()[2].split(' | ')[3] == \
       '1617..1715'
+
+
+def test_reached_steps_prefers_the_recipe_every_seed_took_there(tmp_path):
+  # Recipe A: both seeds at 0.83 (steps 5000, 5400); recipe B sooner but
+  # in one seed of two; the tutorial's SGD (no recipe) sooner still.
+  other = LARS.replace('--train_epochs=50', '--train_epochs=180')
+  rows = [_row(5000, 0.83), _row(5400, 0.831, seed=2),
+          _row(3000, 0.83), _row(3000, 0.82, seed=2)]
+  for row in rows[2:]:
+    row['recipe'] = other
+  sgd = _row(1000, 0.90)
+  sgd['recipe'] = ''
+  _write(tmp_path / 'all.csv', rows + [sgd])
+  runs = recipes.read_recipes(str(tmp_path / 'all.csv'))
+  assert recipes.reached_steps(runs, 0.83) == {8: ([5000, 5400], 2)}
+  # With A gone, B's one seed is what there is, and says so.
+  _write(tmp_path / 'b.csv', rows[2:])
+  assert recipes.reached_steps(recipes.read_recipes(
+      str(tmp_path / 'b.csv')), 0.83) == {8: ([3000], 2)}
+  assert recipes.reached_steps(runs, 0.84) == {}
+
+
+def test_first_step_at_reads_the_long_runs_csv(tmp_path):
+  path = tmp_path / 'long.csv'
+  path.write_text('# a comment, step,precision\n0,0.09\n1000,0.79\n'
+                  '2000,0.8301\n3000,0.84\n')
+  assert recipes.first_step_at(str(path), 0.83) == 2000
+  assert recipes.first_step_at(str(path), 0.85) is None
+
+
+def test_answer_picture_draws_both_targets(tmp_path):
+  rows = [_row(1500, 0.80), _row(5000, 0.83), _row(1600, 0.80, seed=2),
+          _row(5400, 0.83, seed=2)]
+  _write(tmp_path / 'all.csv', rows)
+  out = tmp_path / 'answer.png'
+  found = recipes.plot_answer(recipes.read_recipes(str(tmp_path / 'all.csv')),
+                              {0.80: 14076, 0.83: 72000}, str(out))
+  assert found == {0.80: {8: ([1500, 1600], 2)},
+                   0.83: {8: ([5000, 5400], 2)}}
+  assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'

@@ -305,7 +305,7 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
                       ha='center', fontsize=8, color=color)
     if target in sgd:
       left.axhline(sgd[target], ls=':', color=color, label="the tutorial's "
-                   'SGD, one tower, to %s: {:,}'.format(sgd[target]) % name)
+                   'SGD, one tower, to %s: {:,}'.format(int(round(sgd[target]))) % name)
       right.axhline(plot_scaling.predicted_minutes(
           sgd[target] * BATCH, 1, plot_scaling.TOWER_MS[0],
           plot_scaling.PCIE_GB_S, False), ls=':', color=color,

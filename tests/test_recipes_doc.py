@@ -156,9 +156,10 @@ def test_reached_steps_prefers_the_recipe_every_seed_took_there(tmp_path):
           _row(3000, 0.83), _row(3000, 0.82, seed=2)]
   for row in rows[2:]:
     row['recipe'] = other
-  sgd = _row(1000, 0.90)
-  sgd['recipe'] = ''
-  _write(tmp_path / 'all.csv', rows + [sgd])
+  sgd = [_row(1000, 0.90), _row(1000, 0.90, seed=2)]
+  for row in sgd:
+    row['recipe'] = ''
+  _write(tmp_path / 'all.csv', rows + sgd)
   runs = recipes.read_recipes(str(tmp_path / 'all.csv'))
   assert recipes.reached_steps(runs, 0.83) == {8: ([5000, 5400], 2)}
   # With A gone, B's one seed is what there is, and says so.

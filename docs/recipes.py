@@ -131,11 +131,17 @@ def fit(points):
   return s_min, slope / s_min
 
 
+def seed_crossings(seeds, target=TARGET):
+  """Returns each seed's (step, examples, epochs) at its first evaluation
+  at target or more, or None where it never got there, in seeds' order."""
+  return [plot_scaling.crossing([p + (None,) for p in points], target)
+          for points in seeds.values()]
+
+
 def mean_steps(seeds, target=TARGET):
   """Returns the mean steps to target over seeds, or None unless every
   seed reached it."""
-  hits = [plot_scaling.crossing([p + (None,) for p in points], target)
-          for points in seeds.values()]
+  hits = seed_crossings(seeds, target)
   if not hits or not all(hits):
     return None
   return sum(hit[0] for hit in hits) / len(hits)
@@ -163,9 +169,7 @@ def print_recipes(runs, target=TARGET):
         '| epochs | best precision (at epoch) |' % (100 * target))
   print('| ---: | --- | ---: | --- | --- | --- | --- |')
   for (towers, recipe), seeds in sorted(runs.items()):
-    hits = [plot_scaling.crossing([p + (None,) for p in points], target)
-            for points in seeds.values()]
-    hits = [hit for hit in hits if hit]
+    hits = [hit for hit in seed_crossings(seeds, target) if hit]
     def spread(i, scale=1, fmt='%d'):
       if not hits:
         return '-'
@@ -247,9 +251,7 @@ def reached_steps(runs, target=TARGET):
   for (towers, config), seeds in runs.items():
     if not config:
       continue
-    hits = [hit[0] for hit in (
-        plot_scaling.crossing([p + (None,) for p in points], target)
-        for points in seeds.values()) if hit]
+    hits = [hit[0] for hit in seed_crossings(seeds, target) if hit]
     if not hits:
       continue
     rank = (len(hits) < len(seeds), len(seeds) < 2, sum(hits) / len(hits))
@@ -275,12 +277,18 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
   PCIe); returns {target: reached_steps(runs, target)}."""
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.3))
   towers_all = (1, 2, 4, 8)
+  def minutes(steps, towers):  # Predicted: 3 ms towers, PCIe.
+    return plot_scaling.predicted_minutes(
+        steps * BATCH * towers, towers, plot_scaling.TOWER_MS[0],
+        plot_scaling.PCIE_GB_S, False)
   found = {}
   for target, color in zip(targets, ('tab:blue', 'tab:red')):
     found[target] = reached = reached_steps(runs, target)
     name = '%.0f%%' % (100 * target)
+    means = {towers: sum(hits) / len(hits)
+             for towers, (hits, _) in reached.items()}
     for towers, (hits, seeds) in sorted(reached.items()):
-      mean = sum(hits) / len(hits)
+      mean = means[towers]
       every = len(hits) == seeds
       left.errorbar([towers], [mean], yerr=[[mean - hits[0]],
                                             [hits[-1] - mean]],
@@ -290,15 +298,12 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
         left.annotate('%d of %d seeds' % (len(hits), seeds), (towers, mean),
                       textcoords='offset points', xytext=(8, -3),
                       fontsize=8, color=color)
-      right.plot([towers], [plot_scaling.predicted_minutes(
-          mean * BATCH * towers, towers, plot_scaling.TOWER_MS[0],
-          plot_scaling.PCIE_GB_S, False)], 'o', color=color,
+      right.plot([towers], [minutes(mean, towers)], 'o', color=color,
                  mfc=color if every else 'white')
     left.plot([], [], 'o-', color=color, label='the recipes, to %s' % name)
     for t in towers_all:  # A line joins neighbours only: no guessed ones.
       if t in reached and 2 * t in reached:
-        left.plot([t, 2 * t], [sum(reached[n][0]) / len(reached[n][0])
-                               for n in (t, 2 * t)], '-', color=color)
+        left.plot([t, 2 * t], [means[t], means[2 * t]], '-', color=color)
       if t not in reached:
         left.annotate('%s: not yet' % name, (t, 0.02 + 0.06 * (
             target == targets[-1])), xycoords=('data', 'axes fraction'),
@@ -306,9 +311,7 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
     if target in sgd:
       left.axhline(sgd[target], ls=':', color=color, label="the tutorial's "
                    'SGD, one tower, to %s: {:,}'.format(int(round(sgd[target]))) % name)
-      right.axhline(plot_scaling.predicted_minutes(
-          sgd[target] * BATCH, 1, plot_scaling.TOWER_MS[0],
-          plot_scaling.PCIE_GB_S, False), ls=':', color=color,
+      right.axhline(minutes(sgd[target], 1), ls=':', color=color,
                     label="the tutorial's SGD, one GPU, to %s" % name)
     right.plot([], [], 'o', color=color, label='the recipes, to %s' % name)
   for axes in (left, right):

@@ -9,9 +9,12 @@
 #   bash docs/gpu_plan.sh OUT SECONDS [STAGE ...] 2>&1 | tee OUT/log
 #
 # Stages, in this order (all when none is named): info, gpu_tests, bench,
-# t2t80, towers, t2t83, variants, costs, profile, precision2k, suite; and
-# t2t83x8 (eight towers as eight virtual GPUs to 83%, seeds $PLAN_SEEDS,
-# by default 1 then 2), named alone.
+# t2t80, towers, t2t83, variants, costs, profile, precision2k, suite; and,
+# named alone, each seed of $PLAN_SEEDS (by default 1 then 2) of eight
+# towers as eight virtual GPUs: t2t83x8 (to 83%, their 180-epoch recipe),
+# ceil8_split and ceil8 (the ceiling, #66: the same recipe over 256 epochs,
+# the examples of the tutorial's 100,000 one-tower steps, never stopped
+# early; on the held-out split, then on the test set).
 # The data: $CIFAR10_ARCHIVE, the real CIFAR-10 archive, unpacked into
 # /tmp/cifar10_data ($PLAN_DATA); the runs in /tmp/gpu_runs ($PLAN_RUNS),
 # where a rerun resumes t2t80 and t2t83.
@@ -29,11 +32,13 @@ bench_rows=train,train_bf16,train_held,multi1,multi2,split,split_bf16,input,eval
 # One tower's recipes: to 80% (README's quick start) and to 83% (#66).
 r80="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=28"
 r83="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=90 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
-# Eight towers' recipe to 83% (#66, docs/scaling.md): 180 epochs, 8,790
-# steps of 1,024 examples.
-r83x8="--optimizer=lars --lars_trust_coefficient=0.3 --nesterov --lr_schedule=cosine --initial_learning_rate=0.005 --learning_rate_scaling=linear --warmup_epochs=2 --train_epochs=180 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
-t80=0.80 t83=0.83
-[ "$quick" = 1 ] && r80="--train_epochs=0.1" r83="--train_epochs=0.1" r83x8="--train_epochs=0.1" t80=0.2 t83=0.2
+# Eight towers' recipe to 83% (#66, docs/scaling.md), less its budget:
+# 180 epochs (8,790 steps of 1,024 examples) to 83%, 256 for the ceiling.
+r8="--optimizer=lars --lars_trust_coefficient=0.3 --nesterov --lr_schedule=cosine --initial_learning_rate=0.005 --learning_rate_scaling=linear --warmup_epochs=2 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
+t80=0.80 t83=0.83 e83x8=180 e_ceiling=256
+# QUICK's eight towers keep LARS, not the warm-up, longer than 0.1 epochs.
+[ "$quick" = 1 ] && r80="--train_epochs=0.1" r83="--train_epochs=0.1" t80=0.2 t83=0.2 \
+  r8="--optimizer=lars --lars_trust_coefficient=0.3" e83x8=0.1 e_ceiling=0.1
 
 info() {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv
@@ -53,14 +58,16 @@ t2t() {  # NAME TARGET RECIPE: one tower, bfloat16, the evaluator beside.
   tail -n 3 $runs/$1/curve.csv
 }
 
-t2t8() {  # The same with eight towers, on eight virtual GPUs, each seed;
+t2t8() {  # NAME EPOCHS TARGET [FLAG]: the same with eight towers on eight
+  # virtual GPUs, each seed, FLAG (--held_out) to docs/time_to_target.py;
   # the evaluator on the CPU: beside eight virtual GPUs it could not make
   # its cuBLAS handle on an H100 (docs/gpu.md).
   for seed in ${PLAN_SEEDS:-1 2}; do
     python3 docs/time_to_target.py --towers=8 --seed=$seed \
-      --data_dir=$data --out_dir=$runs/t83x8_s$seed --target=$t83 \
-      --recipe="$r83x8" --extra=--use_bf16 --evaluator_on_cpu
-    tail -n 2 $runs/t83x8_s$seed/curve.csv
+      --data_dir=$data --out_dir=$runs/$1_s$seed --target=$3 \
+      --recipe="$r8 --train_epochs=$2" --extra=--use_bf16 \
+      --evaluator_on_cpu ${4:-}
+    tail -n 2 $runs/$1_s$seed/curve.csv
   done
 }
 
@@ -121,7 +128,7 @@ out=${1:?$usage}
 budget=${2:?$usage}
 shift 2
 plan='info gpu_tests bench t2t80 towers t2t83 variants costs profile precision2k suite'
-all="$plan t2t83x8"  # t2t83x8 runs only when named
+all="$plan t2t83x8 ceil8_split ceil8"  # the last three run only when named
 stages=${*:-$plan}
 # A wrong stage or budget is found before anything runs on the lent time.
 [[ $budget =~ ^[0-9]+$ ]] || { echo "Error: SECONDS must be a whole number of seconds, not '$budget'. $usage"; exit 2; }
@@ -159,7 +166,9 @@ for s in $stages; do
     bench) stage bench 100 $me bench ;;
     t2t80) stage t2t80 90 $me t2t t80 $t80 "$r80" ;;
     t2t83) stage t2t83 180 $me t2t t83 $t83 "$r83" ;;
-    t2t83x8) stage t2t83x8 180 $me t2t8 ;;
+    t2t83x8) stage t2t83x8 180 $me t2t8 t83x8 $e83x8 $t83 ;;
+    ceil8_split) stage ceil8_split 420 $me t2t8 ceil8_held $e_ceiling 1.0 --held_out ;;
+    ceil8) stage ceil8 420 $me t2t8 ceil8 $e_ceiling 1.0 ;;
     towers) stage towers 60 $me towers ;;
     variants) stage variants 80 $me variants ;;
     costs) stage costs 90 $me costs ;;

@@ -218,13 +218,37 @@ def test_gpu_plan_runs_the_stages_that_fit_its_seconds(real_data_dir,
   assert (tmp_path / 'out' / 'runs.tar.gz').exists()
   for args, error in (
       (['100', 'info', 'nonsense'], r"Error: no stage 'nonsense'; the "
-       r'stages are: info gpu_tests bench .* suite t2t83x8\.$'),
+       r'stages are: info gpu_tests bench .* suite t2t83x8 ceil8_split '
+       r'ceil8\.$'),
       (['ten'], r"Error: SECONDS must be a whole number of seconds, not "
        r"'ten'\.")):
     wrong = run(*args)
     assert wrong.returncode == 2
     assert re.match(error, wrong.stdout, re.M), wrong.stdout
     assert '== info' not in wrong.stdout
+
+
+def test_gpu_plan_ceiling_on_the_split_trains_eight_towers_held_out(
+    real_data_dir, tmp_path):
+  """The ceiling's stage on the split (#66): eight towers, the eight-tower
+  recipe with the ceiling's budget (QUICK's 0.1 epochs), trained without
+  the held-out images and evaluated on them, never stopped early."""
+  env = dict(os.environ, PLAN_DATA=real_data_dir, PLAN_SEEDS='1',
+             PLAN_RUNS=str(tmp_path / 'runs'), QUICK='1')
+  ran = subprocess.run(
+      ['bash', os.path.join('docs', 'gpu_plan.sh'), str(tmp_path / 'out'),
+       '500', 'ceil8_split'], cwd=REPO, env=env, capture_output=True,
+      text=True, timeout=400)
+  assert re.search(r'^== ceil8_split: exit 0 after \d+ s$', ran.stdout,
+                   re.M), ran.stdout + ran.stderr
+  run_dir = tmp_path / 'runs' / 'ceil8_held_s1'
+  trainer = (run_dir / 'log').read_text().splitlines()[0]
+  for flag in ('--num_gpus=8', '--optimizer=lars', '--train_epochs=0.1',
+               '--hold_out'):
+    assert flag in trainer.split(), trainer
+  evaluator = (run_dir / 'eval_log').read_text().splitlines()[0]
+  assert '--eval_data=held_out' in evaluator.split(), evaluator
+  assert 'not reached in 0.1 epochs' in ran.stdout, ran.stdout
 
 
 def test_a_notebook_splits_its_one_gpu_for_the_whole_process(monkeypatch):

@@ -17,7 +17,7 @@
 # early; on the held-out split, then on the test set).
 # The data: $CIFAR10_ARCHIVE, the real CIFAR-10 archive, unpacked into
 # /tmp/cifar10_data ($PLAN_DATA); the runs in /tmp/gpu_runs ($PLAN_RUNS),
-# where a rerun resumes t2t80 and t2t83.
+# where a rerun resumes each run of t2t80, t2t83 and the eight-tower stages.
 # QUICK=1 shrinks every stage (a dry run of the plan itself, on a CPU).
 set -uo pipefail
 quick=${QUICK:-0}

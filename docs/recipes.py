@@ -260,6 +260,14 @@ def reached_steps(runs, target=TARGET):
   return {towers: found for towers, (_, found) in best.items()}
 
 
+def seeds_note(reached, seeds):
+  """Returns None where every seed of two or more reached a target, else
+  what the picture says beside its hollow point."""
+  if seeds < 2:
+    return 'one seed so far'
+  return None if reached == seeds else '%d of %d seeds' % (reached, seeds)
+
+
 def first_step_at(path, target):
   """Returns the first step of a step,precision CSV (# comments allowed,
   docs/precision_float32_100k.csv) at target or more, or None."""
@@ -289,15 +297,15 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
              for towers, (hits, _) in reached.items()}
     for towers, (hits, seeds) in sorted(reached.items()):
       mean = means[towers]
-      every = len(hits) == seeds
+      note = seeds_note(len(hits), seeds)
+      every = note is None
       left.errorbar([towers], [mean], yerr=[[mean - hits[0]],
                                             [hits[-1] - mean]],
                     fmt='o', color=color, capsize=3,
                     mfc=color if every else 'white')
       if not every:
-        left.annotate('%d of %d seeds' % (len(hits), seeds), (towers, mean),
-                      textcoords='offset points', xytext=(8, -3),
-                      fontsize=8, color=color)
+        left.annotate(note, (towers, mean), textcoords='offset points',
+                      xytext=(8, -3), fontsize=8, color=color)
       right.plot([towers], [minutes(mean, towers)], 'o', color=color,
                  mfc=color if every else 'white')
     left.plot([], [], 'o-', color=color, label='the recipes, to %s' % name)

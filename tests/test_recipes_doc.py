@@ -169,6 +169,12 @@ def test_reached_steps_prefers_the_recipe_every_seed_took_there(tmp_path):
   assert recipes.reached_steps(runs, 0.84) == {}
 
 
+def test_the_picture_fills_a_point_only_when_every_seed_of_two_got_there():
+  assert recipes.seeds_note(2, 2) is None
+  assert recipes.seeds_note(1, 2) == '1 of 2 seeds'
+  assert recipes.seeds_note(1, 1) == 'one seed so far'
+
+
 def test_first_step_at_reads_the_long_runs_csv(tmp_path):
   path = tmp_path / 'long.csv'
   path.write_text('# a comment, step,precision\n0,0.09\n1000,0.79\n'

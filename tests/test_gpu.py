@@ -194,20 +194,27 @@ def test_benchmark_rows_and_their_children_share_one_gpu(real_data_dir):
                      re.M), result.stdout
 
 
+def run_plan(data_dir, tmp_path, *args, timeout=300, **environ):
+  """Runs docs/gpu_plan.sh QUICK (a dry run on a CPU) with OUT and the runs
+  under tmp_path, args after OUT and environ added to its environment;
+  returns the CompletedProcess."""
+  env = dict(os.environ, PLAN_DATA=data_dir,
+             PLAN_RUNS=str(tmp_path / 'runs'), QUICK='1', **environ)
+  return subprocess.run(
+      ['bash', os.path.join('docs', 'gpu_plan.sh'), str(tmp_path / 'out')] +
+      list(args), cwd=REPO, env=env, capture_output=True, text=True,
+      timeout=timeout)
+
+
 def test_gpu_plan_runs_the_stages_that_fit_its_seconds(real_data_dir,
                                                       tmp_path):
   """docs/gpu_plan.sh, the plan a lent GPU's few minutes run: a stage
   that fits runs, one that needs more seconds than are left is skipped
   with a line that says so, and the runs are packed; a wrong stage or
   budget is one Error: line before anything runs."""
-  env = dict(os.environ, PLAN_DATA=real_data_dir,
-             PLAN_RUNS=str(tmp_path / 'runs'), QUICK='1')
-  plan = ['bash', os.path.join('docs', 'gpu_plan.sh'),
-          str(tmp_path / 'out')]
 
   def run(*args):
-    return subprocess.run(plan + list(args), cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return run_plan(real_data_dir, tmp_path, *args)
 
   ran = run('100', 'info', 't2t83')
   assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -233,12 +240,8 @@ def test_gpu_plan_ceiling_on_the_split_trains_eight_towers_held_out(
   """The ceiling's stage on the split (#66): eight towers, the eight-tower
   recipe with the ceiling's budget (QUICK's 0.1 epochs), trained without
   the held-out images and evaluated on them, never stopped early."""
-  env = dict(os.environ, PLAN_DATA=real_data_dir, PLAN_SEEDS='1',
-             PLAN_RUNS=str(tmp_path / 'runs'), QUICK='1')
-  ran = subprocess.run(
-      ['bash', os.path.join('docs', 'gpu_plan.sh'), str(tmp_path / 'out'),
-       '500', 'ceil8_split'], cwd=REPO, env=env, capture_output=True,
-      text=True, timeout=400)
+  ran = run_plan(real_data_dir, tmp_path, '500', 'ceil8_split',
+                 timeout=400, PLAN_SEEDS='1')
   assert re.search(r'^== ceil8_split: exit 0 after \d+ s$', ran.stdout,
                    re.M), ran.stdout + ran.stderr
   run_dir = tmp_path / 'runs' / 'ceil8_held_s1'

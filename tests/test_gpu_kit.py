@@ -15,7 +15,8 @@ import zipfile
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO
+
 # The kit's own install.sh, faked: it unpacks the parts as the real one
 # does and records what it found there.
 FAKE_INSTALL = '''#!/usr/bin/env bash

@@ -14,10 +14,13 @@
 # towers as eight virtual GPUs: t2t83x8 (to 83%, their 180-epoch recipe),
 # ceil8_split and ceil8 (the ceiling, #66: the same recipe over 256 epochs,
 # the examples of the tutorial's 100,000 one-tower steps, never stopped
-# early; on the held-out split, then on the test set).
+# early; on the held-out split, then on the test set); and ceil1, one
+# tower's ceiling: its 83% recipe over the same 256 epochs (100,000 steps),
+# with summaries every 1,000 steps, not 100 (the same training; the
+# tutorial's histograms, computed on the CPU, slow a GPU's step).
 # The data: $CIFAR10_ARCHIVE, the real CIFAR-10 archive, unpacked into
 # /tmp/cifar10_data ($PLAN_DATA); the runs in /tmp/gpu_runs ($PLAN_RUNS),
-# where a rerun resumes each run of t2t80, t2t83 and the eight-tower stages.
+# where a rerun resumes each run of t2t80, t2t83 and the ceiling stages.
 # QUICK=1 shrinks every stage (a dry run of the plan itself, on a CPU).
 set -uo pipefail
 quick=${QUICK:-0}
@@ -29,15 +32,20 @@ export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-1}
 steps=200 windows=3 warmup=50 tsteps=400 trace=250 csteps=2000
 [ "$quick" = 1 ] && steps=5 windows=1 warmup=2 tsteps=20 trace=15 csteps=300
 bench_rows=train,train_bf16,train_held,multi1,multi2,split,split_bf16,input,eval
-# One tower's recipes: to 80% (README's quick start) and to 83% (#66).
+# One tower's recipes: to 80% (README's quick start) and to 83% (#66), the
+# latter less its budget: 90 epochs to 83%, 256 for the ceiling.
 r80="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=28"
-r83="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --train_epochs=90 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
+r1="--optimizer=momentum --nesterov --lr_schedule=linear --initial_learning_rate=0.04 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
+r83="$r1 --train_epochs=90"
 # Eight towers' recipe to 83% (#66, docs/scaling.md), less its budget:
 # 180 epochs (8,790 steps of 1,024 examples) to 83%, 256 for the ceiling.
 r8="--optimizer=lars --lars_trust_coefficient=0.3 --nesterov --lr_schedule=cosine --initial_learning_rate=0.005 --learning_rate_scaling=linear --warmup_epochs=2 --label_smoothing=0.1 --conv_weight_decay=0.002 --moving_average_decay=0.999"
 t80=0.80 t83=0.83 e83x8=180 e_ceiling=256
+# The runs train in bfloat16 (a GPU's tensor cores); QUICK's in float32,
+# as a CPU without AVX512_BF16 or AMX runs bfloat16 many times slower.
 # QUICK's eight towers keep LARS, not the warm-up, longer than 0.1 epochs.
-[ "$quick" = 1 ] && r80="--train_epochs=0.1" r83="--train_epochs=0.1" t80=0.2 t83=0.2 \
+bf16=--use_bf16
+[ "$quick" = 1 ] && bf16="" r80="--train_epochs=0.1" r83="--train_epochs=0.1" r1="" t80=0.2 t83=0.2 \
   r8="--optimizer=lars --lars_trust_coefficient=0.3" e83x8=0.1 e_ceiling=0.1
 
 info() {
@@ -54,7 +62,7 @@ bench() {
 t2t() {  # NAME TARGET RECIPE: one tower, bfloat16, the evaluator beside.
   python3 docs/time_to_target.py --trainer=cifar10_train.py --seed=1 \
     --data_dir=$data --out_dir=$runs/$1 --target=$2 --recipe="$3" \
-    --extra=--use_bf16
+    --extra="$bf16"
   tail -n 3 $runs/$1/curve.csv
 }
 
@@ -65,9 +73,19 @@ t2t8() {  # NAME EPOCHS TARGET [FLAG]: the same with eight towers on eight
   for seed in ${PLAN_SEEDS:-1 2}; do
     python3 docs/time_to_target.py --towers=8 --seed=$seed \
       --data_dir=$data --out_dir=$runs/$1_s$seed --target=$3 \
-      --recipe="$r8 --train_epochs=$2" --extra=--use_bf16 \
+      --recipe="$r8 --train_epochs=$2" --extra="$bf16" \
       --evaluator_on_cpu ${4:-}
     tail -n 2 $runs/$1_s$seed/curve.csv
+  done
+}
+
+ceil1() {  # One tower's ceiling, each seed, the evaluator on the CPU.
+  for seed in ${PLAN_SEEDS:-1 2}; do
+    python3 docs/time_to_target.py --trainer=cifar10_train.py --seed=$seed \
+      --data_dir=$data --out_dir=$runs/ceil1_s$seed --target=1.0 \
+      --recipe="$r1 --train_epochs=$e_ceiling" --evaluator_on_cpu \
+      --extra="$bf16 --save_summaries_steps=1000"
+    tail -n 2 $runs/ceil1_s$seed/curve.csv
   done
 }
 
@@ -128,7 +146,7 @@ out=${1:?$usage}
 budget=${2:?$usage}
 shift 2
 plan='info gpu_tests bench t2t80 towers t2t83 variants costs profile precision2k suite'
-all="$plan t2t83x8 ceil8_split ceil8"  # the last three run only when named
+all="$plan t2t83x8 ceil8_split ceil8 ceil1"  # the last four run only when named
 stages=${*:-$plan}
 # A wrong stage or budget is found before anything runs on the lent time.
 [[ $budget =~ ^[0-9]+$ ]] || { echo "Error: SECONDS must be a whole number of seconds, not '$budget'. $usage"; exit 2; }
@@ -169,6 +187,7 @@ for s in $stages; do
     t2t83x8) stage t2t83x8 180 $me t2t8 t83x8 $e83x8 $t83 ;;
     ceil8_split) stage ceil8_split 420 $me t2t8 ceil8_held $e_ceiling 1.0 --held_out ;;
     ceil8) stage ceil8 420 $me t2t8 ceil8 $e_ceiling 1.0 ;;
+    ceil1) stage ceil1 480 $me ceil1 ;;
     towers) stage towers 60 $me towers ;;
     variants) stage variants 80 $me variants ;;
     costs) stage costs 90 $me costs ;;

@@ -226,7 +226,7 @@ def test_gpu_plan_runs_the_stages_that_fit_its_seconds(real_data_dir,
   for args, error in (
       (['100', 'info', 'nonsense'], r"Error: no stage 'nonsense'; the "
        r'stages are: info gpu_tests bench .* suite t2t83x8 ceil8_split '
-       r'ceil8\.$'),
+       r'ceil8 ceil1\.$'),
       (['ten'], r"Error: SECONDS must be a whole number of seconds, not "
        r"'ten'\.")):
     wrong = run(*args)
@@ -235,23 +235,34 @@ def test_gpu_plan_runs_the_stages_that_fit_its_seconds(real_data_dir,
     assert '== info' not in wrong.stdout
 
 
-def test_gpu_plan_ceiling_on_the_split_trains_eight_towers_held_out(
-    real_data_dir, tmp_path):
-  """The ceiling's stage on the split (#66): eight towers, the eight-tower
-  recipe with the ceiling's budget (QUICK's 0.1 epochs), trained without
-  the held-out images and evaluated on them, never stopped early."""
-  ran = run_plan(real_data_dir, tmp_path, '500', 'ceil8_split',
-                 timeout=400, PLAN_SEEDS='1')
-  assert re.search(r'^== ceil8_split: exit 0 after \d+ s$', ran.stdout,
-                   re.M), ran.stdout + ran.stderr
-  run_dir = tmp_path / 'runs' / 'ceil8_held_s1'
-  trainer = (run_dir / 'log').read_text().splitlines()[0]
-  for flag in ('--num_gpus=8', '--optimizer=lars', '--train_epochs=0.1',
-               '--hold_out'):
-    assert flag in trainer.split(), trainer
-  evaluator = (run_dir / 'eval_log').read_text().splitlines()[0]
-  assert '--eval_data=held_out' in evaluator.split(), evaluator
-  assert 'not reached in 0.1 epochs' in ran.stdout, ran.stdout
+def test_gpu_plan_ceiling_stages_train_what_they_name(real_data_dir,
+                                                     tmp_path):
+  """The ceiling's stages (#66), in one plan: ceil8_split trains eight
+  towers' recipe with the ceiling's budget (QUICK's 0.1 epochs) without
+  the held-out images and evaluates on them; ceil1 trains one tower with
+  its 83% recipe's budget replaced by the ceiling's, summaries every
+  1,000 steps, on the test set; neither stops early."""
+  ran = run_plan(real_data_dir, tmp_path, '1000', 'ceil8_split', 'ceil1',
+                 timeout=600, PLAN_SEEDS='1')
+  for stage in ('ceil8_split', 'ceil1'):
+    assert re.search(r'^== %s: exit 0 after \d+ s$' % stage, ran.stdout,
+                     re.M), ran.stdout + ran.stderr
+  assert ran.stdout.count('not reached in 0.1 epochs') == 2, ran.stdout
+  runs = tmp_path / 'runs'
+  for name, flags, absent in (
+      ('ceil8_held_s1', ('--num_gpus=8', '--optimizer=lars', '--hold_out'),
+       ()),
+      ('ceil1_s1', ('--save_summaries_steps=1000', '--seed=1'),
+       ('--hold_out', '--train_epochs=90'))):
+    trainer = (runs / name / 'log').read_text().splitlines()[0].split()
+    for flag in flags + ('--train_epochs=0.1',):
+      assert flag in trainer, (name, trainer)
+    for flag in absent:
+      assert flag not in trainer, (name, trainer)
+  evaluator = (runs / 'ceil8_held_s1' / 'eval_log').read_text()
+  assert '--eval_data=held_out' in evaluator.splitlines()[0].split()
+  evaluator = (runs / 'ceil1_s1' / 'eval_log').read_text()
+  assert '--eval_data=held_out' not in evaluator.splitlines()[0].split()
 
 
 def test_a_notebook_splits_its_one_gpu_for_the_whole_process(monkeypatch):

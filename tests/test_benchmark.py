@@ -4,7 +4,6 @@ import os
 import re
 
 from absl.testing import flagsaver
-import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops
 
@@ -100,8 +99,13 @@ def test_benchmark_prints_every_row_with_ratios(real_data_dir):
   keras = [r for r in medians if kind[r.split('/')[0]] == benchmark.KERAS]
   assert len(ours) == 4 and len(keras) == 8
   assert sorted(ratios) == sorted((o, k) for o in ours for k in keras)
+  # The table rounds each median to 0.1 and the ratio to 0.01; the ratio
+  # is of the medians before rounding, so it lies within what the
+  # rounded ones allow (a slow row, a few examples/sec, widens that).
   for (o, k), ratio in ratios.items():
-    assert ratio == pytest.approx(medians[o] / medians[k], abs=0.006)
+    low = (medians[o] - 0.05) / (medians[k] + 0.05) - 0.005
+    high = (medians[o] + 0.05) / (medians[k] - 0.05) + 0.005
+    assert low <= ratio <= high, (o, k, ratio, medians[o], medians[k])
   # A section per device; the convolutions run on the train row's device.
   sections = re.findall(r'^train row op time on ([A-Z]+:\d+), .*\n'
                         r'((?:\s+\d+\.\d\d ms .*\n?)+)', out, re.M)

@@ -109,8 +109,10 @@ def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
   first = start_script('cifar10_train.py', '--max_steps=1000000',
                        '--log_frequency=1', *args)
   try:
-    # Training, and so holding the lock.
+    # Training, and so holding the lock; then stopped (as by Ctrl-Z),
+    # which holds it too and leaves the cores to the processes below.
     first.out.wait_for(STEP_LINE, timeout=300)
+    first.send_signal(signal.SIGSTOP)
     for script in ('cifar10_train.py', 'cifar10_multi_gpu_train.py'):
       second = run_script(script, '--max_steps=1000000', *args)
       assert second.returncode == 1

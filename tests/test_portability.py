@@ -58,8 +58,12 @@ def test_without_fcntl_one_trainer_per_dir_ctrl_c_saves_kill_9_taken_over(
                        env=no_fcntl)
   try:
     first.out.wait_for(STEP_LINE, timeout=300)  # Training: it holds it.
+    # Stopped (as by Ctrl-Z), it holds it too, and leaves the cores to the
+    # second trainer.
+    first.send_signal(signal.SIGSTOP)
     second = run_script('cifar10_train.py', '--max_steps=1000000', *args,
                         env=no_fcntl)
+    first.send_signal(signal.SIGCONT)
     assert second.returncode == 1
     assert error_lines(second.stderr) == [in_use_line(
         train_dir, first.pid, ['--max_steps=1000000'] + args,

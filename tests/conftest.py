@@ -145,11 +145,28 @@ def fake_data_dir(tmp_path):
   return str(tmp_path)
 
 
+# A directory whose sitecustomize.py hides from a script what only the
+# tests install (requirements-dev.txt), as a user's install would not have
+# it (tests/runtime_only/sitecustomize.py says why).
+RUNTIME_ONLY = os.path.join(REPO, 'tests', 'runtime_only')
+
+
+def script_env(env=None):
+  """Returns env (None: this process's environment) with RUNTIME_ONLY first
+  on PYTHONPATH: the environment of a script a test runs."""
+  env = dict(os.environ if env is None else env)
+  env['PYTHONPATH'] = os.pathsep.join(
+      [RUNTIME_ONLY] + [p for p in [env.get('PYTHONPATH')] if p])
+  return env
+
+
 def run_script(script, *args, timeout=600, env=None):
-  """Runs one of the repository's scripts; returns the CompletedProcess."""
+  """Runs one of the repository's scripts, with script_env(env); returns
+  the CompletedProcess."""
   return subprocess.run(
       [sys.executable, os.path.join(REPO, script)] + list(args),
-      cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+      cwd=REPO, capture_output=True, text=True, timeout=timeout,
+      env=script_env(env))
 
 
 def train(data_dir, train_dir, *args, script='cifar10_train.py', **kwargs):
@@ -206,7 +223,7 @@ def run_limited(limit, script, *args, merge_output=False):
       [sys.executable, '-c', LIMITED, str(limit), script] + list(args),
       cwd=REPO, stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
-      text=True, timeout=600)
+      text=True, timeout=600, env=script_env())
 
 
 def _default_sigint():
@@ -225,14 +242,15 @@ def start_script(script, *args, env=None):
   Args:
     script: the script, relative to the repository.
     *args: its arguments.
-    env: its environment; None: this one's.
+    env: its environment (None: this one's), through script_env.
 
   Returns:
     The Popen, with .out and .err.
   """
   process = subprocess.Popen(
       [sys.executable, os.path.join(REPO, script)] + list(args), cwd=REPO,
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env=script_env(env),
       preexec_fn=_default_sigint)
   process.out, process.err = LineReader(process.stdout), LineReader(
       process.stderr)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 import cifar10_distributed_train as dist
-from conftest import REPO, error_lines, run_script
+from conftest import REPO, error_lines, run_script, script_env
 from machinery import cluster
 from machinery import errors
 from machinery import hardware
@@ -245,5 +245,6 @@ def test_dockerfile_copies_what_the_scripts_import(tmp_path):
           shutil.copy(path, str(tmp_path / name))
   result = subprocess.run(
       [sys.executable, 'cifar10_distributed_train.py', '--help'],
-      cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+      cwd=str(tmp_path), capture_output=True, text=True, timeout=300,
+      env=script_env())
   assert result.returncode == 0, result.stderr[-2000:]

@@ -1,12 +1,17 @@
 """The environment TensorFlow starts in (machinery/environment.py): oneDNN
 on where TensorFlow would leave it off on an x86 CPU, the user's choice
-kept."""
+kept; and the scripts a test runs, with what a user's install has."""
 
+import ast
+import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 
-from conftest import REPO
+from packaging import requirements
+
+from conftest import REPO, RUNTIME_ONLY, script_env
 from machinery import environment
 
 # Whether the TensorFlow of a fresh process has its oneDNN kernels on,
@@ -36,8 +41,8 @@ def test_onednn_is_turned_on_only_where_tensorflow_leaves_it_off():
 
 def _onednn_on(environ):
   result = subprocess.run([sys.executable, '-c', ONEDNN_ON], cwd=REPO,
-                          env=environ, capture_output=True, text=True,
-                          timeout=300)
+                          env=script_env(environ), capture_output=True,
+                          text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-2000:]
   return result.stdout.split()[-1] == 'True'
 
@@ -60,3 +65,51 @@ def test_cpu_class_names_the_units_that_decide_speed():
   assert environment.cpu_class({'avx2', 'fma'}) == 'AVX2'
   assert environment.cpu_class({'sse4_2'}) == 'without AVX2'
   assert environment.cpu_class(set()).startswith('unknown')
+
+
+def _installed_by(requirements_file):
+  """The distributions pip installs for requirements_file (its lines and
+  what they require in turn), as lowercase names."""
+  with open(os.path.join(REPO, requirements_file)) as f:
+    wanted = [re.split(r'[=<>\[ ;]', line.strip())[0] for line in f
+              if line.strip() and not line.startswith(('#', '-'))]
+  found = set()
+  while wanted:
+    name = wanted.pop().lower().replace('_', '-')
+    if name in found:
+      continue
+    found.add(name)
+    for line in importlib.metadata.requires(name) or []:
+      needed = requirements.Requirement(line)
+      if needed.marker is None or needed.marker.evaluate({'extra': ''}):
+        wanted.append(needed.name)
+  return found
+
+
+def _dev_only():
+  """The modules tests/runtime_only/sitecustomize.py hides (read, not run:
+  run here, it would hide them from this process)."""
+  with open(os.path.join(RUNTIME_ONLY, 'sitecustomize.py')) as f:
+    tree = ast.parse(f.read())
+  return next(ast.literal_eval(node.value) for node in tree.body
+              if isinstance(node, ast.Assign) and
+              node.targets[0].id == 'DEV_ONLY')
+
+
+def test_scripts_a_test_runs_lack_only_what_the_tests_install():
+  dev_only = _dev_only()
+  hidden = {dist.lower() for module in dev_only
+            for dist in importlib.metadata.packages_distributions()[module]}
+  assert hidden == {'ipython', 'matplotlib'}
+  # requirements.txt installs none of them: hidden, a script runs as a
+  # user's install runs it; the tests' own install has them.
+  assert not hidden & _installed_by('requirements.txt')
+  assert hidden <= _installed_by('requirements-dev.txt')
+  for module in dev_only:
+    code = 'import %s' % module
+    assert subprocess.run([sys.executable, '-c', code]).returncode == 0
+    refused = subprocess.run([sys.executable, '-c', code], env=script_env(),
+                             capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert 'ModuleNotFoundError: import of %s halted' % module in (
+        refused.stderr)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, script_graph, train
+from conftest import REPO, script_env, script_graph, train
 
 # A notebook: Jupyter's kernel runs with '-f <connection file>', which no
 # flag of ours knows; reading a flag would parse it and fail
@@ -99,7 +99,7 @@ def test_a_notebook_builds_every_trainers_step_and_the_scripts_graph(
   ops_file = str(tmp_path / 'ops.json')
   result = subprocess.run([sys.executable, '-c', NOTEBOOK % (
       REPO, fake_data_dir, ops_file)], capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=script_env())
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.count('STEP') == 4
   assert 'FLAGS PARSED False' in result.stdout
@@ -137,7 +137,7 @@ def test_max_steps_default_is_the_scripts_whatever_was_imported(
   path = '%s/%s' % (REPO, script)
   result = subprocess.run([sys.executable, '-c', HELP_AFTER_IMPORT % (
       REPO, imported, path, path)], capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=script_env())
   assert result.returncode == 0, result.stderr[-3000:]
   match = re.search(r"--max_steps: .*\n\s+\(default: '(\d+)'\)",
                     result.stdout)

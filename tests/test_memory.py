@@ -15,7 +15,7 @@ import cifar10
 import cifar10_multi_gpu_train  # pylint: disable=unused-import  (--num_gpus)
 import cifar10_train  # pylint: disable=unused-import  (--train_dir)
 from conftest import (REPO, checkpoint_step, error_lines, evaluate,
-                      start_script, train)
+                      script_env, start_script, train)
 from machinery import errors
 from machinery import memory
 from machinery import recipe as recipes
@@ -62,7 +62,8 @@ def test_estimate_is_the_measured_peak(real_data_dir, tmp_path, script, batch,
   if towers > 1:
     args += ['--num_gpus=%d' % towers, '--virtual_gpus']
   result = subprocess.run([sys.executable, '-c', MEASURED] + args,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600,
+                          env=script_env())
   assert result.returncode == 0, result.stderr[-3000:]
   estimate, peak = map(int, re.search(r'ESTIMATE (\d+) PEAK (\d+)',
                                       result.stdout).groups())
@@ -148,7 +149,7 @@ def test_step_too_large_for_the_limit_is_one_line(real_data_dir, tmp_path,
           '--data_dir=' + real_data_dir, '--train_dir=' + train_dir,
           '--max_steps=2']
   refused = subprocess.run(args + ['--batch_size=8192'], capture_output=True,
-                           text=True, timeout=600,
+                           text=True, timeout=600, env=script_env(),
                            preexec_fn=_in_cgroup(memory_cgroup))
   assert refused.returncode == 1, refused.stderr[-3000:]
   line, = error_lines(refused.stderr)
@@ -167,6 +168,7 @@ def test_step_too_large_for_the_limit_is_one_line(real_data_dir, tmp_path,
   assert 1000 < largest < 8192
   fits = subprocess.run(args + ['--batch_size=%d' % largest],
                         capture_output=True, text=True, timeout=600,
+                        env=script_env(),
                         preexec_fn=_in_cgroup(memory_cgroup))
   assert fits.returncode == 0, fits.stderr[-3000:]
   assert checkpoint_step(train_dir) == 2

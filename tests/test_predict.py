@@ -18,7 +18,7 @@ import tensorflow as tf
 import cifar10
 import cifar10_eval
 import cifar10_input
-from conftest import error_lines, run_script, trained_run
+from conftest import error_lines, run_script, script_env, trained_run
 from machinery import options
 
 tf1 = tf.compat.v1
@@ -224,7 +224,7 @@ def test_exported_saved_model_stands_alone(checkpoint_dir, png_dir,
   paths = [os.path.join(png_dir, '%02d.png' % i) for i in range(NUM_IMAGES)]
   loaded = subprocess.run([sys.executable, '-c', LOAD, export_dir] + paths,
                           cwd=str(tmp_path), capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=script_env())
   assert loaded.returncode == 0, loaded.stderr[-3000:]
   out = json.loads(loaded.stdout.splitlines()[-1])
   np.testing.assert_allclose(out['probabilities'], evaluator_probabilities,
@@ -273,7 +273,8 @@ def test_export_is_nhwc_float32_whatever_the_flags(
   loaded = subprocess.run([sys.executable, '-c', LOAD, export_dir] + paths,
                           cwd=str(tmp_path), capture_output=True, text=True,
                           timeout=600,
-                          env=dict(os.environ, CUDA_VISIBLE_DEVICES=''))
+                          env=script_env(dict(os.environ,
+                                              CUDA_VISIBLE_DEVICES='')))
   assert loaded.returncode == 0, loaded.stderr[-3000:]
   out = json.loads(loaded.stdout.splitlines()[-1])
   np.testing.assert_allclose(out['probabilities'], evaluator_probabilities,

@@ -7,7 +7,7 @@ import sys
 
 import tensorflow as tf
 
-from conftest import REPO
+from conftest import REPO, script_env
 
 
 def write_events(train_dir, rows):
@@ -26,7 +26,8 @@ def write_events(train_dir, rows):
 def run_sparsity(*args):
   return subprocess.run(
       [sys.executable, os.path.join(REPO, 'docs', 'sparsity.py')] +
-      list(args), capture_output=True, text=True, timeout=120)
+      list(args), capture_output=True, text=True, timeout=120,
+      env=script_env())
 
 
 def test_rows_every_n_steps_with_rate_and_layers(tmp_path):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, script_env
 
 sys.path.insert(0, os.path.join(REPO, 'docs'))
 import time_to_target  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -152,7 +152,7 @@ def test_a_tiny_run_ends_writes_its_curve_and_returns_at_once_when_rerun(
              '--trainer=cifar10_train.py', '--data_dir=' + fake_data_dir,
              '--out_dir=%s' % out, '--max_epochs=0.02', '--seed=3']
   first = subprocess.run(command, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, env=script_env())
   assert first.returncode == 0, first.stderr[-3000:]
   # 0.02 epochs of 128 = 8 steps; the trainer's last checkpoint evaluated.
   assert first.stdout.startswith('not reached in 0.02 epochs (best '), (
@@ -169,7 +169,7 @@ def test_a_tiny_run_ends_writes_its_curve_and_returns_at_once_when_rerun(
   assert float(rows[-1]['wall_s']) > 0
   log_size = (out / 'log').stat().st_size
   again = subprocess.run(command, capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, env=script_env())
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout == first.stdout
   # Nothing ran: the log is as it was.
@@ -196,7 +196,7 @@ def test_killed_it_stops_its_trainer_and_evaluator(fake_data_dir, tmp_path):
        '--trainer=cifar10_train.py', '--data_dir=' + fake_data_dir,
        '--out_dir=%s' % out, '--max_epochs=50', '--seed=3'],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      preexec_fn=_ignore_sigint)
+      env=script_env(), preexec_fn=_ignore_sigint)
   # Wait for the trainer's first checkpoint: both children are running.
   deadline = time.time() + 240
   while not glob.glob(str(out / 'train' / 'model.ckpt-*.index')):
@@ -230,7 +230,7 @@ def test_an_evaluator_that_dies_ends_the_run_and_stops_its_trainer(
       [sys.executable, os.path.join(REPO, 'docs', 'time_to_target.py'),
        '--trainer=cifar10_train.py', '--data_dir=' + fake_data_dir,
        '--out_dir=%s' % out, '--max_epochs=50', '--seed=3'],
-      capture_output=True, text=True, timeout=240)
+      capture_output=True, text=True, timeout=240, env=script_env())
   assert ended.returncode == 0, ended.stderr[-3000:]
   assert ended.stdout.startswith(
       'evaluator ended (exit 1) before the run did, so the trainer was '

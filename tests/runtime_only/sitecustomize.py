@@ -1,0 +1,34 @@
+"""Makes a script a test runs see the packages a user's install has.
+
+The tests install more than requirements.txt: requirements-dev.txt adds the
+notebook's Jupyter (IPython) and the docs' plots (matplotlib). TensorFlow
+imports Keras as it starts, and Keras imports IPython and matplotlib's
+pyplot wherever they are installed: about a fifth of what starting
+TensorFlow costs a script (about 1.4 of 7 s on two AVX2 cores,
+docs/testing.md). A user who installed requirements.txt has neither, and
+neither has a script that the tests start with this directory first on
+PYTHONPATH (conftest.script_env): here each import of them fails as it
+would there, which Keras expects, so a script that came to need one fails
+its tests too. Any other sitecustomize on the path still runs after this
+one.
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+# The packages only requirements-dev.txt installs that starting TensorFlow
+# would import (tests/test_env.py checks that requirements.txt installs
+# none of them).
+DEV_ONLY = ('IPython', 'matplotlib')
+
+for _name in DEV_ONLY:
+  sys.modules.setdefault(_name, None)  # `import _name` fails: not installed.
+
+# The sitecustomize this one stands in front of, if there is one.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.machinery.PathFinder.find_spec(
+    'sitecustomize', [p for p in sys.path if os.path.abspath(p or '.') != _HERE])
+if _spec is not None:
+  _spec.loader.exec_module(importlib.util.module_from_spec(_spec))

@@ -10,11 +10,15 @@ import pytest
 import tensorflow as tf
 
 import cifar10
+import cifar10_distributed_train  # pylint: disable=unused-import
 import cifar10_eval  # pylint: disable=unused-import
+import cifar10_multi_gpu_train  # pylint: disable=unused-import
+import cifar10_train  # pylint: disable=unused-import
 import cifar10_input
 from conftest import (REPO, error_lines, evaluate, make_fake_data, run_script,
                       write_records)
 from machinery import cli
+from machinery import errors
 
 tf1 = tf.compat.v1
 FLAGS = tf1.flags.FLAGS
@@ -47,7 +51,9 @@ DOCUMENTED = {
 def _help_defaults(script):
   """{flag: default} as the script's --help prints them."""
   result = run_script(script, '--help')
-  assert result.returncode == 0 and 'Traceback' not in result.stderr
+  assert result.returncode == 0
+  assert 'Error' not in result.stderr and 'Traceback' not in result.stderr
+  assert '--batch_size' in result.stdout
   defaults = {}
   # Each flag starts a line, indented by two spaces: '  --[no]xla: ...'.
   for entry in re.split(r'\n  --(?:\[no\])?(?=\w+:)', result.stdout)[1:]:
@@ -160,6 +166,43 @@ def test_a_boolean_flag_given_a_word_is_one_line_and_exit_2(capsys):
       '. See --help.\n') and err.count('\n') == 1, err
 
 
+def test_a_directory_flag_naming_a_file_or_under_one_is_one_line(
+    tmp_path, parsed_flags):
+  """The check every script runs on its directory flags before any work
+  (tests/test_hardening.py runs it in each script, on each flag): a file,
+  and a path under a file, each named; a directory, or one that can be
+  made, passes; nothing is created."""
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('not a directory')
+  under = str(a_file / 'sub' / 'dir')
+  assert cli._path_problem(str(a_file)) == 'it is a file, not a directory'  # pylint: disable=protected-access
+  assert cli._path_problem(under) == (  # pylint: disable=protected-access
+      '%s is a file, so no directory can be made under it' % a_file)
+  assert cli._path_problem(str(tmp_path)) is None  # pylint: disable=protected-access
+  assert cli._path_problem(str(tmp_path / 'new' / 'dir')) is None  # pylint: disable=protected-access
+  for name in ('data_dir', 'eval_dir', 'checkpoint_dir'):
+    for bad, problem in ((str(a_file), 'it is a file, not a directory'),
+                         (under, '%s is a file, so no directory can be '
+                          'made under it' % a_file)):
+      with flagsaver.flagsaver(**{name: bad}):
+        with pytest.raises(errors.UsageError) as raised:
+          cli.check_path_flags()
+      assert str(raised.value) == (
+          '--%s=%s: %s. Give a directory there.' % (name, bad, problem))
+  assert sorted(os.listdir(tmp_path)) == ['a_file']
+
+
+# Each script's command line is parsed by one function, cli._parse_flags,
+# run below in a script for one bad flag of each script, and in this
+# process (every script's flags defined) for the others: the same parse and
+# line, without starting TensorFlow again for each.
+RUN_IN_A_SCRIPT = {('cifar10_train.py', '--bogus=1'),
+                   ('cifar10_multi_gpu_train.py', '--num_gpus=0'),
+                   ('cifar10_eval.py', '--eval_data=validation'),
+                   ('cifar10_distributed_train.py',
+                    '--worker_hosts=a:1,b:port')}
+
+
 @pytest.mark.parametrize('script,arg,message', [
     ('cifar10_train.py', '--batch_size=0',
      'flag --batch_size=0: 0 is not a positive integer'),
@@ -194,11 +237,20 @@ def test_a_boolean_flag_given_a_word_is_one_line_and_exit_2(capsys):
      "flag --worker_hosts=['a:1', 'b:port']: give each task as host:port, "
      'the port a number 1-65535'),
 ])
-def test_bad_flag_is_one_line(script, arg, message):
-  result = run_script(script, *arg.split())
-  assert result.returncode == 2
-  assert error_lines(result.stderr) == ['Error: %s. See --help.' % message]
-  assert 'Traceback' not in result.stderr
+def test_bad_flag_is_one_line(script, arg, message, capsys):
+  if (script, arg) in RUN_IN_A_SCRIPT:
+    result = run_script(script, *arg.split())
+    code, err = result.returncode, result.stderr
+  else:
+    with flagsaver.flagsaver():
+      FLAGS.unparse_flags()
+      with pytest.raises(SystemExit) as exited:
+        cli._parse_flags([script] + arg.split())  # pylint: disable=protected-access
+    FLAGS.unparse_flags()
+    code, err = exited.value.code, capsys.readouterr().err
+  assert code == 2
+  assert error_lines(err) == ['Error: %s. See --help.' % message]
+  assert 'Traceback' not in err
 
 
 @pytest.mark.parametrize('args,message', [

@@ -30,9 +30,9 @@ Rows (ROWS below):
   keras_loop_bf16  keras_loop under mixed_bfloat16
 
 Training rows also show GFLOP/s (train_flops_per_example) against
-the peak of a 4096x4096 matmul in the row's own precision (float32,
-bfloat16, float16), measured in the same run before the windows and after
-each (the median; a CPU's peak drifts as its rows' speeds do;
+the peak of a 4096x4096 matmul (--matmul_size) in the row's own precision
+(float32, bfloat16, float16), measured in the same run before the windows
+and after each (the median; a CPU's peak drifts as its rows' speeds do;
 machinery/probes.py), and the table shows ours / Keras. The Keras rows run
 twice, each in a child process of its own (TensorFlow reads the setting
 once, as it starts): with TensorFlow's default oneDNN setting on this CPU
@@ -137,6 +137,12 @@ flags.DEFINE_integer('warmup', 20, 'Untimed steps before the windows.',
 flags.DEFINE_enum('keras_jit_compile', 'auto', ['auto', 'true', 'false'],
                   'jit_compile of the Keras rows (auto: Keras decides; it '
                   'compiles nothing on machines without GPUs).')
+flags.DEFINE_integer('matmul_size', probes.MATMUL_SIZE,
+                     'Size of the square matmul whose GFLOP/s is the peak '
+                     'the training rows are a share of. A smaller one is '
+                     'quicker to measure (bfloat16 takes some 18 s each '
+                     'time at 4096 on CPUs without bfloat16 units) and '
+                     'peaks lower.', lower_bound=64)
 flags.DEFINE_integer('profile_steps', 0,
                      'Steps of the train row to trace for the op profile; '
                      '0 for none.', lower_bound=0)
@@ -408,7 +414,7 @@ def _print_header(peaks, flops):
         % (FLAGS.batch_size, FLAGS.warmup, FLAGS.windows, FLAGS.steps))
   print('matmul peak %.1f GFLOP/s (%s %dx%d)%s; training step %.1f MFLOP '
         'per example' % (peaks['float32'], probes.float32_matmuls(),
-                         probes.MATMUL_SIZE, probes.MATMUL_SIZE, ''.join(
+                         FLAGS.matmul_size, FLAGS.matmul_size, ''.join(
                              ', %s %.1f' % item for item in sorted(
                                  peaks.items()) if item[0] != 'float32'),
                          flops / 1e6))
@@ -452,7 +458,7 @@ def main(argv=None):  # pylint: disable=unused-argument
                                      FLAGS.data_md5)
   precisions = {F32} | {_precision(row) for row in FLAGS.rows
                         if ROWS[row].kind in TRAINING}
-  peak_samples = [probes.peaks(precisions)]
+  peak_samples = [probes.peaks(precisions, FLAGS.matmul_size)]
   flops = train_flops_per_example()
   _print_header(peak_samples[0], flops)
   table_rows = _table_rows()
@@ -463,7 +469,7 @@ def main(argv=None):  # pylint: disable=unused-argument
     timers = _set_up_rows(table_rows, children, how, FLAGS.warmup)
 
     def after_each(window, rates):
-      peak_samples.append(probes.peaks(precisions))
+      peak_samples.append(probes.peaks(precisions, FLAGS.matmul_size))
       print('window %d of %d: %s; float32 peak %.1f GFLOP/s' % (
           window + 1, FLAGS.windows, ', '.join(
               '%s %.1f' % (name, rates[name][-1]) for name in timers),

@@ -38,18 +38,18 @@ TF32_GPU_CAPABILITY = (8, 0)
 HEAVY_OPS = ('Conv2D', 'MatMul', '_FusedConv2D', '_FusedMatMul')
 
 
-def matmul_peak(dtype=tf.float32):
-  """Measures the GFLOP/s of a 4096x4096 matmul: the median of 3 to 10
-  runs, as many as PEAK_SECONDS allow.
+def matmul_peak(dtype=tf.float32, n=MATMUL_SIZE):
+  """Measures the GFLOP/s of an n x n matmul (4096 unless told): the
+  median of 3 to 10 runs, as many as PEAK_SECONDS allow.
 
   Args:
     dtype: its precision: tf.float32 (on a GPU, as the training steps run
       it: see float32_matmuls), tf.bfloat16 or tf.float16.
+    n: the matrices' size.
 
   Returns:
     The GFLOP/s.
   """
-  n = MATMUL_SIZE
   with tf.Graph().as_default():
     a = tf1.get_variable('a', [n, n], dtype, tf1.ones_initializer())
     b = tf1.get_variable('b', [n, n], dtype, tf1.ones_initializer())
@@ -67,10 +67,11 @@ def matmul_peak(dtype=tf.float32):
   return 2.0 * n ** 3 / np.median(times) / 1e9
 
 
-def peaks(precisions):
-  """Measures the matmul peak of each precision named ('float32',
+def peaks(precisions, n=MATMUL_SIZE):
+  """Measures the n x n matmul peak of each precision named ('float32',
   'bfloat16', 'float16'); returns {name: GFLOP/s}."""
-  return {name: matmul_peak(tf.as_dtype(name)) for name in sorted(precisions)}
+  return {name: matmul_peak(tf.as_dtype(name), n)
+          for name in sorted(precisions)}
 
 
 def median_peaks(samples):

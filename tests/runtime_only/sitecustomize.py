@@ -29,6 +29,7 @@ for _name in DEV_ONLY:
 # The sitecustomize this one stands in front of, if there is one.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.machinery.PathFinder.find_spec(
-    'sitecustomize', [p for p in sys.path if os.path.abspath(p or '.') != _HERE])
+    'sitecustomize',
+    [p for p in sys.path if os.path.abspath(p or '.') != _HERE])
 if _spec is not None:
   _spec.loader.exec_module(importlib.util.module_from_spec(_spec))

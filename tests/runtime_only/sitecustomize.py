@@ -4,7 +4,7 @@ The tests install more than requirements.txt: requirements-dev.txt adds the
 notebook's Jupyter (IPython) and the docs' plots (matplotlib). TensorFlow
 imports Keras as it starts, and Keras imports IPython and matplotlib's
 pyplot wherever they are installed: about a fifth of what starting
-TensorFlow costs a script (about 1.4 of 7 s on two AVX2 cores,
+TensorFlow costs a script (about 2 of 9 core-seconds on two AVX2 cores,
 docs/testing.md). A user who installed requirements.txt has neither, and
 neither has a script that the tests start with this directory first on
 PYTHONPATH (conftest.script_env): here each import of them fails as it

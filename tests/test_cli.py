@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import cifar10
-import cifar10_distributed_train  # pylint: disable=unused-import
+import cifar10_distributed_train
 import cifar10_eval  # pylint: disable=unused-import
 import cifar10_multi_gpu_train  # pylint: disable=unused-import
 import cifar10_train  # pylint: disable=unused-import
@@ -18,6 +18,7 @@ import cifar10_input
 from conftest import (REPO, error_lines, evaluate, make_fake_data, run_script,
                       write_records)
 from machinery import cli
+from machinery import cluster
 from machinery import errors
 
 tf1 = tf.compat.v1
@@ -250,7 +251,8 @@ def test_bad_flag_is_one_line(script, arg, message, capsys):
   assert 'Traceback' not in err
 
 
-@pytest.mark.parametrize('args,message', [
+# The clusters a command line cannot make, each with the script's line.
+IMPOSSIBLE_CLUSTERS = [
     (['--worker_hosts=127.0.0.1:2'],
      "Give this task's job: --job_name=ps or --job_name=worker."),
     (['--job_name=worker'],
@@ -270,8 +272,25 @@ def test_bad_flag_is_one_line(script, arg, message, capsys):
       '--variable_update=parameter_server'],
      '--variable_update=parameter_server needs ps tasks: give --ps_hosts, or '
      'use --variable_update=replicated to all-reduce between the workers.'),
-])
-def test_impossible_cluster_is_one_line(fake_data_dir, args, message):
+]
+
+
+@pytest.mark.parametrize('args,message', IMPOSSIBLE_CLUSTERS)
+def test_impossible_cluster_is_one_line(monkeypatch, args, message):
+  """The script's two checks, in-process: the cluster and this task in it,
+  then --variable_update against it; the next test runs one in the
+  script."""
+  monkeypatch.delenv('TF_CONFIG', raising=False)
+  with flagsaver.flagsaver():
+    FLAGS.unparse_flags()
+    FLAGS(['cifar10_distributed_train.py'] + args)
+    with pytest.raises(errors.UsageError) as raised:
+      cifar10_distributed_train.mode_of(cluster.from_flags_or_tf_config())
+  assert str(raised.value) == message
+
+
+def test_impossible_cluster_in_the_script_is_one_line(fake_data_dir):
+  args, message = IMPOSSIBLE_CLUSTERS[-1]
   env = dict(os.environ)
   env.pop('TF_CONFIG', None)
   result = run_script('cifar10_distributed_train.py',
@@ -307,16 +326,18 @@ def test_missing_data_is_one_line(tmp_path):
   assert not (tmp_path / 'train').exists()
 
 
-@pytest.mark.parametrize('damage,message', [
-    ('missing', r'Error: Failed to find file: .*data_batch_4\.bin\. '),
-    ('truncated', r'Error: Data file .*data_batch_4\.bin has 6246 bytes, '
-                  r'not a positive multiple of the 3073-byte'),
-    ('label', r'Error: Data file .*data_batch_4\.bin: record 1 has label '
-              r'byte 200'),
-])
-def test_bad_data_is_one_line(fake_data_dir, tmp_path, damage, message):
-  path = os.path.join(fake_data_dir, 'cifar-10-batches-bin',
-                      'data_batch_4.bin')
+# Damage to a data file, and the line each is.
+BAD_DATA = [
+    ('missing', r'Failed to find file: .*data_batch_4\.bin\. '),
+    ('truncated', r'Data file .*data_batch_4\.bin has 6246 bytes, not a '
+                  r'positive multiple of the 3073-byte'),
+    ('label', r'Data file .*data_batch_4\.bin: record 1 has label byte 200'),
+]
+
+
+def _damage(data_dir, damage):
+  """Damages data_batch_4.bin of data_dir as BAD_DATA names."""
+  path = os.path.join(data_dir, 'cifar-10-batches-bin', 'data_batch_4.bin')
   if damage == 'missing':
     os.remove(path)
   elif damage == 'truncated':
@@ -326,9 +347,24 @@ def test_bad_data_is_one_line(fake_data_dir, tmp_path, damage, message):
     with open(path, 'r+b') as f:
       f.seek(3073)
       f.write(bytes([200]))
+
+
+@pytest.mark.parametrize('damage,message', BAD_DATA)
+def test_bad_data_is_one_line(fake_data_dir, damage, message):
+  """The check the trainers run on the training files before any work,
+  in-process; the next test runs one in a script."""
+  _damage(fake_data_dir, damage)
+  with pytest.raises(errors.DataError) as raised:
+    cifar10_input.data_files(fake_data_dir, False)
+  assert re.match(message, str(raised.value)), str(raised.value)
+
+
+def test_bad_data_in_the_script_is_one_line(fake_data_dir, tmp_path):
+  damage, message = BAD_DATA[1]
+  _damage(fake_data_dir, damage)
   result = run_script('cifar10_train.py', '--data_dir=' + fake_data_dir,
                       '--train_dir=' + str(tmp_path / 'train'))
   assert result.returncode == 1
   lines = error_lines(result.stderr)
   assert len(lines) == 1 and 'Traceback' not in result.stderr
-  assert re.match(message, lines[0]), lines[0]
+  assert re.match('Error: ' + message, lines[0]), lines[0]

@@ -2,16 +2,19 @@
 unusable paths, reruns of finished training, two trainers on one
 directory, a full disk."""
 
+import importlib
 import os
 import re
+import shutil
 import signal
 
 import pytest
 import tensorflow as tf
 
 from conftest import (STEP_LINE, checkpoint_step, error_lines, evaluate,
-                      in_use_line, run_limited, run_script, start_script,
-                      train)
+                      in_use_line, make_fake_data, run_limited, run_script,
+                      start_script, trained_run)
+from machinery import cli
 
 # Every script's directory flags.
 PATH_FLAGS = {
@@ -30,24 +33,52 @@ SMALL_FILE_LIMIT = 2000000
 # A checkpoint fits; an event file of some hundred summaries does not.
 CHECKPOINT_FILE_LIMIT = 8700000
 
+# A run of this many steps of 8 (its checkpoint at the end), shared.
+TRAINED_STEPS = 10
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """A --train_dir of TRAINED_STEPS steps on fake data (the same data as
+  fake_data_dir's), to be read or copied, never changed."""
+  data_dir = str(tmp_path_factory.mktemp('data'))
+  make_fake_data(data_dir)
+  return trained_run(tmp_path_factory, data_dir, '--batch_size=8',
+                     '--max_steps=%d' % TRAINED_STEPS)
+
+
 # What the error line says to do about a file-size limit, for a directory.
 _FILE_SIZE_ADVICE = ('A file-size limit stopped it (ulimit -f, or a FAT32 '
                      'volume\'s 4 GB): lift it, or give --train_dir=%s on '
                      'another filesystem, and run again.')
 
-def _cases():
-  """(script, directory flag, how it is unusable) for each directory flag
-  of each script, the two ways in turn: a file, or a path under a file.
-  Both are one check (machinery/cli.py), which tests/test_cli.py runs on
-  both for every directory flag; here each script runs it before any
-  work, creating nothing."""
-  pairs = [(script, name) for script in sorted(PATH_FLAGS)
-           for name in PATH_FLAGS[script]]
-  return [(script, name, ('file', 'under_file')[i % 2])
-          for i, (script, name) in enumerate(pairs)]
+# The runs of the check below: one directory flag per script, the
+# evaluator's two of its own, so that each flag name runs in a script,
+# the two ways of being unusable (a file, or a path under a file) in turn.
+# One check (machinery/cli.py) covers every directory flag of every
+# script: tests/test_cli.py runs it both ways on each flag, and
+# test_every_directory_flag_is_checked that each script's are among those
+# it checks.
+CASES = [('benchmark.py', 'data_dir', 'file'),
+         ('cifar10_distributed_train.py', 'train_dir', 'under_file'),
+         ('cifar10_eval.py', 'checkpoint_dir', 'file'),
+         ('cifar10_eval.py', 'eval_dir', 'under_file'),
+         ('cifar10_model_parallel_train.py', 'data_dir', 'file'),
+         ('cifar10_multi_gpu_train.py', 'train_dir', 'under_file'),
+         ('cifar10_predict.py', 'export_dir', 'file'),
+         ('cifar10_train.py', 'data_dir', 'under_file')]
 
 
-@pytest.mark.parametrize('script,name,case', _cases())
+def test_every_directory_flag_is_checked():
+  """Each script's directory flags are defined once it is imported, and
+  each is one that cli.check_path_flags checks."""
+  for script, names in PATH_FLAGS.items():
+    importlib.import_module(script[:-len('.py')])
+    for name in names:
+      assert name in cli.FLAGS and name in cli.PATH_FLAGS, (script, name)
+
+
+@pytest.mark.parametrize('script,name,case', CASES)
 def test_unusable_path_flag_is_one_line_and_creates_nothing(
     tmp_path, script, name, case):
   a_file = tmp_path / 'a_file'
@@ -66,13 +97,10 @@ def test_unusable_path_flag_is_one_line_and_creates_nothing(
   assert sorted(os.listdir(tmp_path)) == ['a_file']
 
 
-# --helpfull for every script; --help for the one script whose --help
-# tests/test_cli.py does not run (it runs the others' and asserts the same).
-@pytest.mark.parametrize('script,flag', [
-    (script, '--helpfull') for script in sorted(PATH_FLAGS)] + [
-        ('benchmark.py', '--help')])
-def test_help_exits_zero(script, flag):
-  result = run_script(script, flag)
+# benchmark.py's --help: tests/test_cli.py runs the other scripts' --help,
+# tests/test_portability.py every script's --helpfull.
+def test_benchmark_help_exits_zero():
+  result = run_script('benchmark.py', '--help')
   assert result.returncode == 0
   assert 'Error' not in result.stderr and 'Traceback' not in result.stderr
   assert '--batch_size' in result.stdout
@@ -88,26 +116,31 @@ def _files(directory):
   return found
 
 
-@pytest.mark.parametrize('script', ['cifar10_train.py',
-                                    'cifar10_multi_gpu_train.py'])
-def test_rerun_at_max_steps_does_nothing(fake_data_dir, tmp_path, script):
+# A rerun at the --max_steps reached, and at a lower one, one per trainer.
+@pytest.mark.parametrize('script,max_steps', [('cifar10_train.py', 10),
+                                              ('cifar10_multi_gpu_train.py',
+                                               5)])
+def test_rerun_at_max_steps_does_nothing(trained, fake_data_dir, tmp_path,
+                                         script, max_steps):
   train_dir = str(tmp_path / 'train')
   args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
           '--batch_size=8']
-  first = run_script(script, '--max_steps=12', *args)
-  assert first.returncode == 0, first.stderr[-2000:]
-  assert checkpoint_step(train_dir) == 12
+  if script == 'cifar10_train.py':
+    shutil.copytree(trained, train_dir)
+  else:
+    first = run_script(script, '--max_steps=10', *args)
+    assert first.returncode == 0, first.stderr[-2000:]
+  assert checkpoint_step(train_dir) == 10
   before = _files(train_dir)
-  for max_steps in (12, 5):
-    again = run_script(script, '--max_steps=%d' % max_steps, *args)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.splitlines() == [
-        'Training in %s has reached step 12, --max_steps is %d: nothing to '
-        'do. To train on, run again with a higher --max_steps.'
-        % (train_dir, max_steps)]
-    assert _files(train_dir) == before
-  more = run_script(script, '--max_steps=15', *args)
-  assert more.returncode == 0 and checkpoint_step(train_dir) == 15
+  again = run_script(script, '--max_steps=%d' % max_steps, *args)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert again.stdout.splitlines() == [
+      'Training in %s has reached step 10, --max_steps is %d: nothing to '
+      'do. To train on, run again with a higher --max_steps.'
+      % (train_dir, max_steps)]
+  assert _files(train_dir) == before
+  more = run_script(script, '--max_steps=13', *args)
+  assert more.returncode == 0 and checkpoint_step(train_dir) == 13
 
 
 def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
@@ -142,16 +175,15 @@ def test_one_trainer_per_train_dir_and_kill_9_leaves_no_lock(
   assert checkpoint_step(train_dir) == step + 3
 
 
-# A directory with a space in its name (as Windows' user folders have).
-@pytest.mark.parametrize('name', ['train', 'my train'])
-def test_failed_checkpoint_write_is_one_line_and_resumable(fake_data_dir,
-                                                           tmp_path, name):
-  train_dir = str(tmp_path / name)
+def test_failed_checkpoint_write_is_one_line_and_resumable(trained,
+                                                           fake_data_dir,
+                                                           tmp_path):
+  # A directory with a space in its name (as Windows' user folders have).
+  train_dir = str(tmp_path / 'my train')
+  shutil.copytree(trained, train_dir)
   args = ['--data_dir=' + fake_data_dir, '--train_dir=' + train_dir,
           '--batch_size=8']
-  assert run_script('cifar10_train.py', '--max_steps=10', *args
-                   ).returncode == 0
-  good = os.path.join(train_dir, 'model.ckpt-10')
+  good = os.path.join(train_dir, 'model.ckpt-%d' % TRAINED_STEPS)
   full = run_limited(SMALL_FILE_LIMIT, 'cifar10_train.py', '--max_steps=30',
                      *args)
   assert full.returncode == 1
@@ -232,16 +264,9 @@ def _whole_events(path):
   return list(tf.compat.v1.train.summary_iterator(path))
 
 
-def _trained(fake_data_dir, tmp_path):
-  """A --train_dir with a 10-step checkpoint."""
-  train_dir = str(tmp_path / 'train')
-  assert train(fake_data_dir, train_dir, '--batch_size=8',
-               '--max_steps=10').returncode == 0
-  return train_dir
-
-
-def test_failed_eval_event_write_is_one_line(fake_data_dir, tmp_path):
-  train_dir = _trained(fake_data_dir, tmp_path)
+def test_failed_eval_event_write_is_one_line(trained, fake_data_dir,
+                                             tmp_path):
+  train_dir = trained
   eval_dir = str(tmp_path / 'eval')
   args = ['--data_dir=' + fake_data_dir, '--checkpoint_dir=' + train_dir,
           '--eval_dir=' + eval_dir, '--run_once', '--batch_size=8',
@@ -256,7 +281,8 @@ def test_failed_eval_event_write_is_one_line(fake_data_dir, tmp_path):
       r'Error: Failed to write the event file (%s/events\.out\.tfevents\.\S+)'
       r': File too large\. The precision of %s is printed above but not '
       r'recorded; the next evaluation records it\. A file-size limit '
-      % (re.escape(eval_dir), re.escape(train_dir + '/model.ckpt-10')),
+      % (re.escape(eval_dir),
+         re.escape('%s/model.ckpt-%d' % (train_dir, TRAINED_STEPS))),
       '\n'.join(lines))
   assert match and len(lines) == 1, lines
   # Nothing half-written: the events written before the failure are whole.
@@ -268,12 +294,11 @@ def test_failed_eval_event_write_is_one_line(fake_data_dir, tmp_path):
               if name.startswith('events.out.tfevents')
               for e in _whole_events(os.path.join(eval_dir, name))
               for v in e.summary.value if v.tag == 'Precision @ 1']
-  assert [step for step, _ in recorded] == [10]
+  assert [step for step, _ in recorded] == [TRAINED_STEPS]
 
 
-def test_failed_export_is_one_line_and_leaves_nothing(fake_data_dir,
-                                                      tmp_path):
-  train_dir = _trained(fake_data_dir, tmp_path)
+def test_failed_export_is_one_line_and_leaves_nothing(trained, tmp_path):
+  train_dir = trained
   export_dir = str(tmp_path / 'exports' / 'model')
   full = run_limited(SMALL_FILE_LIMIT, 'cifar10_predict.py',
                      '--checkpoint_dir=' + train_dir,

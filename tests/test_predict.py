@@ -74,11 +74,12 @@ def _predictions(stdout):
 
 def _blank_png(path, width, height):
   """Writes a black RGB PNG of width x height pixels, compressed small (a
-  40000 x 40000 one is 4.7 MB)."""
+  40000 x 40000 one is 4.7 MB), run-length encoded: its 4.8 GB of zero
+  pixels deflate in half the time the default strategy takes."""
   def chunk(kind, data):
     return (struct.pack('>I', len(data)) + kind + data +
             struct.pack('>I', zlib.crc32(kind + data) & 0xffffffff))
-  deflate = zlib.compressobj(9)
+  deflate = zlib.compressobj(9, zlib.DEFLATED, 15, 9, zlib.Z_RLE)
   row = b'\x00' * (1 + 3 * width)  # Filter 0, then the pixels.
   pixels = b''.join(deflate.compress(row) for _ in range(height))
   with open(path, 'wb') as f:

@@ -34,7 +34,12 @@ DOCUMENTED = {
     'cifar10_multi_gpu_train.py': ['batch_size', 'data_dir', 'use_fp16',
                                    'train_dir', 'max_steps', 'num_gpus',
                                    'log_device_placement', 'virtual_gpus',
-                                   'variable_update', 'xla', 'seed'],
+                                   'variable_update', 'xla', 'seed',
+                                   # The recipe's (machinery/recipe.py).
+                                   'optimizer', 'momentum', 'nesterov',
+                                   'lars_trust_coefficient', 'lr_schedule',
+                                   'train_epochs', 'initial_learning_rate',
+                                   'warmup_epochs'],
     'cifar10_model_parallel_train.py': ['batch_size', 'data_dir', 'train_dir',
                                         'max_steps', 'virtual_gpus',
                                         'trace_steps'],

@@ -500,11 +500,3 @@ def test_trainer_stops_at_the_budget_and_evaluates(fake_data_dir, tmp_path,
                        '--num_examples=16', '--batch_size=16')
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   assert 'precision @ 1 = ' in evaluated.stdout
-
-
-def test_help_lists_the_recipe_flags():
-  result = run_script('cifar10_multi_gpu_train.py', '--help')
-  for flag in ('--optimizer', '--momentum', '--[no]nesterov',
-               '--lars_trust_coefficient', '--lr_schedule', '--train_epochs',
-               '--initial_learning_rate', '--warmup_epochs'):
-    assert flag + ':' in result.stdout, flag

@@ -13,7 +13,7 @@ import cifar10
 import cifar10_distributed_train as dist
 import cifar10_multi_gpu_train as multi
 import cifar10_train  # pylint: disable=unused-import  (--train_dir)
-from conftest import error_lines, evaluate, run_script, train
+from conftest import error_lines, evaluate, train
 from machinery import cluster
 from machinery import errors
 from machinery import lars

@@ -175,9 +175,9 @@ def test_a_boolean_flag_given_a_word_is_one_line_and_exit_2(capsys):
 def test_a_directory_flag_naming_a_file_or_under_one_is_one_line(
     tmp_path, parsed_flags):
   """The check every script runs on its directory flags before any work
-  (tests/test_hardening.py runs it in each script, on each flag): a file,
-  and a path under a file, each named; a directory, or one that can be
-  made, passes; nothing is created."""
+  (tests/test_hardening.py runs it in each script, on one flag or two):
+  a file, and a path under a file, each named; a directory, or one that
+  can be made, passes; nothing is created."""
   a_file = tmp_path / 'a_file'
   a_file.write_text('not a directory')
   under = str(a_file / 'sub' / 'dir')

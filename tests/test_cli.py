@@ -18,7 +18,6 @@ import cifar10_input
 from conftest import (REPO, error_lines, evaluate, make_fake_data, run_script,
                       write_records)
 from machinery import cli
-from machinery import cluster
 from machinery import errors
 
 tf1 = tf.compat.v1
@@ -254,54 +253,6 @@ def test_bad_flag_is_one_line(script, arg, message, capsys):
   assert code == 2
   assert error_lines(err) == ['Error: %s. See --help.' % message]
   assert 'Traceback' not in err
-
-
-# The clusters a command line cannot make, each with the script's line.
-IMPOSSIBLE_CLUSTERS = [
-    (['--worker_hosts=127.0.0.1:2'],
-     "Give this task's job: --job_name=ps or --job_name=worker."),
-    (['--job_name=worker'],
-     'Give the cluster: --worker_hosts=host:port,... (and '
-     '--ps_hosts=host:port,... for parameter servers), or set TF_CONFIG.'),
-    (['--job_name=ps', '--ps_hosts=127.0.0.1:1'],
-     'Give the workers: --worker_hosts=host:port,...'),
-    (['--job_name=worker', '--task_index=2', '--ps_hosts=127.0.0.1:1',
-      '--worker_hosts=127.0.0.1:2,127.0.0.1:3'],
-     '--task_index=2, but --worker_hosts lists 2 task(s).'),
-    (['--job_name=ps', '--ps_hosts=127.0.0.1:1', '--worker_hosts=127.0.0.1:2',
-      '--variable_update=replicated'],
-     '--variable_update=replicated keeps the variables on the workers and '
-     'all-reduces between them: give no ps tasks (1 are given, from the '
-     'command line).'),
-    (['--job_name=worker', '--worker_hosts=127.0.0.1:2',
-      '--variable_update=parameter_server'],
-     '--variable_update=parameter_server needs ps tasks: give --ps_hosts, or '
-     'use --variable_update=replicated to all-reduce between the workers.'),
-]
-
-
-@pytest.mark.parametrize('args,message', IMPOSSIBLE_CLUSTERS)
-def test_impossible_cluster_is_one_line(monkeypatch, args, message):
-  """The script's two checks, in-process: the cluster and this task in it,
-  then --variable_update against it; the next test runs one in the
-  script."""
-  monkeypatch.delenv('TF_CONFIG', raising=False)
-  with flagsaver.flagsaver():
-    FLAGS.unparse_flags()
-    FLAGS(['cifar10_distributed_train.py'] + args)
-    with pytest.raises(errors.UsageError) as raised:
-      cifar10_distributed_train.mode_of(cluster.from_flags_or_tf_config())
-  assert str(raised.value) == message
-
-
-def test_impossible_cluster_in_the_script_is_one_line(fake_data_dir):
-  args, message = IMPOSSIBLE_CLUSTERS[-1]
-  env = dict(os.environ)
-  env.pop('TF_CONFIG', None)
-  result = run_script('cifar10_distributed_train.py',
-                      '--data_dir=' + fake_data_dir, *args, env=env)
-  assert result.returncode == 1
-  assert error_lines(result.stderr) == ['Error: ' + message]
 
 
 def test_stray_argument_is_one_line():

@@ -89,12 +89,61 @@ def test_bad_tf_config_is_one_line_from_the_script(fake_data_dir):
 
 
 def _resolve(monkeypatch, tf_config, argv):
-  monkeypatch.setenv('TF_CONFIG', json.dumps(tf_config))
+  """Returns the task and mode cifar10_distributed_train.py resolves from
+  argv and tf_config (None: TF_CONFIG unset)."""
+  if tf_config is None:
+    monkeypatch.delenv('TF_CONFIG', raising=False)
+  else:
+    monkeypatch.setenv('TF_CONFIG', json.dumps(tf_config))
   with flagsaver.flagsaver():
     FLAGS.unparse_flags()
     FLAGS(['cifar10_distributed_train.py'] + argv)
     task = cluster.from_flags_or_tf_config()
     return task, dist.mode_of(task)
+
+
+# The clusters a command line cannot make, each with the script's line.
+IMPOSSIBLE_CLUSTERS = [
+    (['--worker_hosts=127.0.0.1:2'],
+     "Give this task's job: --job_name=ps or --job_name=worker."),
+    (['--job_name=worker'],
+     'Give the cluster: --worker_hosts=host:port,... (and '
+     '--ps_hosts=host:port,... for parameter servers), or set TF_CONFIG.'),
+    (['--job_name=ps', '--ps_hosts=127.0.0.1:1'],
+     'Give the workers: --worker_hosts=host:port,...'),
+    (['--job_name=worker', '--task_index=2', '--ps_hosts=127.0.0.1:1',
+      '--worker_hosts=127.0.0.1:2,127.0.0.1:3'],
+     '--task_index=2, but --worker_hosts lists 2 task(s).'),
+    (['--job_name=ps', '--ps_hosts=127.0.0.1:1', '--worker_hosts=127.0.0.1:2',
+      '--variable_update=replicated'],
+     '--variable_update=replicated keeps the variables on the workers and '
+     'all-reduces between them: give no ps tasks (1 are given, from the '
+     'command line).'),
+    (['--job_name=worker', '--worker_hosts=127.0.0.1:2',
+      '--variable_update=parameter_server'],
+     '--variable_update=parameter_server needs ps tasks: give --ps_hosts, or '
+     'use --variable_update=replicated to all-reduce between the workers.'),
+]
+
+
+@pytest.mark.parametrize('args,message', IMPOSSIBLE_CLUSTERS)
+def test_impossible_cluster_is_one_line(monkeypatch, args, message):
+  """The script's two checks, in-process: the cluster and this task in it,
+  then --variable_update against it; the next test runs one in the
+  script."""
+  with pytest.raises(errors.UsageError) as raised:
+    _resolve(monkeypatch, None, args)
+  assert str(raised.value) == message
+
+
+def test_impossible_cluster_in_the_script_is_one_line(fake_data_dir):
+  args, message = IMPOSSIBLE_CLUSTERS[-1]
+  env = dict(os.environ)
+  env.pop('TF_CONFIG', None)
+  result = run_script('cifar10_distributed_train.py',
+                      '--data_dir=' + fake_data_dir, *args, env=env)
+  assert result.returncode == 1
+  assert error_lines(result.stderr) == ['Error: ' + message]
 
 
 def test_command_line_wins_over_tf_config(monkeypatch):

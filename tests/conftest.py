@@ -145,8 +145,8 @@ def fake_data_dir(tmp_path):
   return str(tmp_path)
 
 
-# A directory whose sitecustomize.py hides from a script what only the
-# tests install (requirements-dev.txt), as a user's install would not have
+# A directory whose sitecustomize.py hides from a script what the tests'
+# machine has beyond requirements.txt, as a user's install would not have
 # it (tests/runtime_only/sitecustomize.py says why).
 RUNTIME_ONLY = os.path.join(REPO, 'tests', 'runtime_only')
 

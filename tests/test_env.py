@@ -4,6 +4,7 @@ kept; and the scripts a test runs, with what a user's install has."""
 
 import ast
 import importlib.metadata
+import json
 import os
 import re
 import subprocess
@@ -67,6 +68,11 @@ def test_cpu_class_names_the_units_that_decide_speed():
   assert environment.cpu_class(set()).startswith('unknown')
 
 
+def _canonical(name):
+  """Returns a distribution's name as pip compares names."""
+  return re.sub(r'[-_.]+', '-', name).lower()
+
+
 def _installed_by(requirements_file):
   """The distributions pip installs for requirements_file (its lines and
   what they require in turn), as lowercase names."""
@@ -75,7 +81,7 @@ def _installed_by(requirements_file):
               if line.strip() and not line.startswith(('#', '-'))]
   found = set()
   while wanted:
-    name = wanted.pop().lower().replace('_', '-')
+    name = _canonical(wanted.pop())
     if name in found:
       continue
     found.add(name)
@@ -86,30 +92,56 @@ def _installed_by(requirements_file):
   return found
 
 
-def _dev_only():
+def _not_required():
   """The modules tests/runtime_only/sitecustomize.py hides (read, not run:
   run here, it would hide them from this process)."""
   with open(os.path.join(RUNTIME_ONLY, 'sitecustomize.py')) as f:
     tree = ast.parse(f.read())
   return next(ast.literal_eval(node.value) for node in tree.body
               if isinstance(node, ast.Assign) and
-              node.targets[0].id == 'DEV_ONLY')
+              node.targets[0].id == 'NOT_REQUIRED')
 
 
-def test_scripts_a_test_runs_lack_only_what_the_tests_install():
-  dev_only = _dev_only()
-  hidden = {dist.lower() for module in dev_only
-            for dist in importlib.metadata.packages_distributions()[module]}
-  assert hidden == {'ipython', 'matplotlib'}
-  # requirements.txt installs none of them: hidden, a script runs as a
-  # user's install runs it; the tests' own install has them.
-  assert not hidden & _installed_by('requirements.txt')
-  assert hidden <= _installed_by('requirements-dev.txt')
-  for module in dev_only:
-    code = 'import %s' % module
-    assert subprocess.run([sys.executable, '-c', code]).returncode == 0
-    refused = subprocess.run([sys.executable, '-c', code], env=script_env(),
-                             capture_output=True, text=True)
+# What a trainer's start imports, as the distributions of the packages a
+# child has loaded once it has imported cifar10_train (all of TensorFlow).
+STARTED = """
+import importlib.metadata, json, re, sys
+import cifar10_train
+loaded = {name.partition('.')[0] for name, module in sys.modules.items()
+          if module is not None}
+owners = importlib.metadata.packages_distributions()
+print(json.dumps(sorted({re.sub(r'[-_.]+', '-', dist).lower()
+                         for name in loaded
+                         for dist in owners.get(name, ())})))
+"""
+
+
+def _started(env):
+  """Returns the set of distributions a trainer's start loads with env."""
+  result = subprocess.run([sys.executable, '-c', STARTED], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def test_scripts_a_test_runs_load_only_what_requirements_install():
+  required = _installed_by('requirements.txt')
+  owners = importlib.metadata.packages_distributions()
+  hidden = {_canonical(dist) for module in _not_required()
+            for dist in owners.get(module, ())}
+  # The tests' own install has IPython and matplotlib (scipy, where this
+  # machine has it); requirements.txt installs none of the hidden ones.
+  assert {'ipython', 'matplotlib'} <= hidden
+  assert hidden <= _installed_by('requirements-dev.txt') | {'scipy'}
+  assert not hidden & required
+  # Without the hiding, a trainer's start here loads each hidden one that
+  # is installed; with it, nothing from outside requirements.txt.
+  assert hidden <= _started(dict(os.environ))
+  beyond = _started(script_env()) - required
+  assert not beyond, beyond
+  for module in _not_required():
+    refused = subprocess.run([sys.executable, '-c', 'import ' + module],
+                             env=script_env(), capture_output=True, text=True)
     assert refused.returncode == 1
     assert 'ModuleNotFoundError: import of %s halted' % module in (
         refused.stderr)

@@ -105,14 +105,12 @@ def _not_required():
 # What a trainer's start imports, as the distributions of the packages a
 # child has loaded once it has imported cifar10_train (all of TensorFlow).
 STARTED = """
-import importlib.metadata, json, re, sys
+import importlib.metadata, json, sys
 import cifar10_train
 loaded = {name.partition('.')[0] for name, module in sys.modules.items()
           if module is not None}
 owners = importlib.metadata.packages_distributions()
-print(json.dumps(sorted({re.sub(r'[-_.]+', '-', dist).lower()
-                         for name in loaded
-                         for dist in owners.get(name, ())})))
+print(json.dumps([dist for name in loaded for dist in owners.get(name, ())]))
 """
 
 
@@ -121,7 +119,8 @@ def _started(env):
   result = subprocess.run([sys.executable, '-c', STARTED], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-2000:]
-  return set(json.loads(result.stdout.splitlines()[-1]))
+  return {_canonical(dist)
+          for dist in json.loads(result.stdout.splitlines()[-1])}
 
 
 def test_scripts_a_test_runs_load_only_what_requirements_install():

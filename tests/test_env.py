@@ -75,7 +75,8 @@ def _canonical(name):
 
 def _installed_by(requirements_file):
   """The distributions pip installs for requirements_file (its lines and
-  what they require in turn), as lowercase names."""
+  what they require in turn, as far as this machine has them), as
+  _canonical names."""
   with open(os.path.join(REPO, requirements_file)) as f:
     wanted = [re.split(r'[=<>\[ ;]', line.strip())[0] for line in f
               if line.strip() and not line.startswith(('#', '-'))]
@@ -85,7 +86,11 @@ def _installed_by(requirements_file):
     if name in found:
       continue
     found.add(name)
-    for line in importlib.metadata.requires(name) or []:
+    try:
+      needs = importlib.metadata.requires(name) or []
+    except importlib.metadata.PackageNotFoundError:
+      needs = []  # Not installed here (the GPU kit leaves libclang out).
+    for line in needs:
       needed = requirements.Requirement(line)
       if needed.marker is None or needed.marker.evaluate({'extra': ''}):
         wanted.append(needed.name)

@@ -66,27 +66,27 @@ t2t() {  # NAME TARGET RECIPE: one tower, bfloat16, the evaluator beside.
   tail -n 3 $runs/$1/curve.csv
 }
 
-t2t8() {  # NAME EPOCHS TARGET [FLAG]: the same with eight towers on eight
-  # virtual GPUs, each seed, FLAG (--held_out) to docs/time_to_target.py;
-  # the evaluator on the CPU: beside eight virtual GPUs it could not make
-  # its cuBLAS handle on an H100 (docs/gpu.md).
+seeds() {  # NAME FLAG...: docs/time_to_target.py with FLAGs, each seed,
+  # in its own --out_dir, the evaluator on the CPU: beside eight virtual
+  # GPUs it could not make its cuBLAS handle on an H100 (docs/gpu.md).
+  local name=$1 seed; shift
   for seed in ${PLAN_SEEDS:-1 2}; do
-    python3 docs/time_to_target.py --towers=8 --seed=$seed \
-      --data_dir=$data --out_dir=$runs/$1_s$seed --target=$3 \
-      --recipe="$r8 --train_epochs=$2" --extra="$bf16" \
-      --evaluator_on_cpu ${4:-}
-    tail -n 2 $runs/$1_s$seed/curve.csv
+    python3 docs/time_to_target.py --seed=$seed --data_dir=$data \
+      --out_dir=$runs/${name}_s$seed --evaluator_on_cpu "$@"
+    tail -n 2 $runs/${name}_s$seed/curve.csv
   done
 }
 
-ceil1() {  # One tower's ceiling, each seed, the evaluator on the CPU.
-  for seed in ${PLAN_SEEDS:-1 2}; do
-    python3 docs/time_to_target.py --trainer=cifar10_train.py --seed=$seed \
-      --data_dir=$data --out_dir=$runs/ceil1_s$seed --target=1.0 \
-      --recipe="$r1 --train_epochs=$e_ceiling" --evaluator_on_cpu \
-      --extra="$bf16 --save_summaries_steps=1000"
-    tail -n 2 $runs/ceil1_s$seed/curve.csv
-  done
+t2t8() {  # NAME EPOCHS TARGET [FLAG]: eight towers on eight virtual GPUs,
+  # bfloat16, FLAG (--held_out) to docs/time_to_target.py.
+  seeds $1 --towers=8 --target=$3 --recipe="$r8 --train_epochs=$2" \
+    --extra="$bf16" ${4:-}
+}
+
+ceil1() {  # One tower's ceiling: its 83% recipe over the ceiling's budget.
+  seeds ceil1 --trainer=cifar10_train.py --target=1.0 \
+    --recipe="$r1 --train_epochs=$e_ceiling" \
+    --extra="$bf16 --save_summaries_steps=1000"
 }
 
 towers() {  # Two virtual GPUs, both updates, a traced step, the evaluator.

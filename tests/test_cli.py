@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import cifar10
-import cifar10_distributed_train
+import cifar10_distributed_train  # pylint: disable=unused-import
 import cifar10_eval  # pylint: disable=unused-import
 import cifar10_multi_gpu_train  # pylint: disable=unused-import
 import cifar10_train  # pylint: disable=unused-import

@@ -17,7 +17,8 @@ the batch into --out, and prints the minutes to the target that the
 step-cost model of docs/plot_scaling.py predicts for N GPUs with the
 recipes' steps. With --answer, it draws docs/scaling.md's first picture
 instead: the steps to 80% and 83% per number of towers and their
-predicted minutes on N GPUs.
+predicted minutes on N GPUs. With --ceiling, it draws the ceiling's runs
+(docs/ceiling_256.csv) against epochs beside the tutorial's long SGD.
 
 Usage (matplotlib comes with requirements-dev.txt):
   python docs/recipes.py --collect ~/long/r*_s*/curve.csv \\
@@ -32,6 +33,8 @@ Usage (matplotlib comes with requirements-dev.txt):
       --curves=docs/recipes_to_83.csv --sgd=docs/time_to_80.csv \\
       --cpu_sgd=docs/time_to_80_cpu.csv \\
       --sgd_long=docs/precision_float32_100k.csv --answer=docs/answer.png
+  python docs/recipes.py --curves=docs/ceiling_256.csv \\
+      --sgd_long=docs/precision_float32_100k.csv --ceiling=docs/ceiling.png
 """
 
 import argparse
@@ -50,6 +53,8 @@ import time_to_target  # pylint: disable=g-import-not-at-top
 BATCH = 128
 TARGET = 0.80
 ANSWER_TARGETS = (0.80, 0.83)  # The answer's columns.
+EPOCH = 50000  # Training images: the ceiling's x axis is epochs.
+CEILING_GOAL = 0.85  # #66's goal for one tower within 256 epochs.
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s', 'recipe']
 
@@ -268,13 +273,19 @@ def seeds_note(reached, seeds):
   return None if reached == seeds else '%d of %d seeds' % (reached, seeds)
 
 
-def first_step_at(path, target):
-  """Returns the first step of a step,precision CSV (# comments allowed,
-  docs/precision_float32_100k.csv) at target or more, or None."""
+def read_steps(path):
+  """Returns [(step, precision)] of a step,precision CSV (# comments
+  allowed, docs/precision_float32_100k.csv)."""
   with open(path) as f:
     rows = [line.split(',') for line in f
             if line.strip() and not line.startswith('#')]
-  return next((int(s) for s, p in rows if float(p) >= target), None)
+  return [(int(s), float(p)) for s, p in rows]
+
+
+def first_step_at(path, target):
+  """Returns the first step of a step,precision CSV at target or more, or
+  None."""
+  return next((s for s, p in read_steps(path) if p >= target), None)
 
 
 def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
@@ -343,6 +354,43 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
   fig.tight_layout()
   fig.savefig(out, dpi=110)
   return found
+
+
+def sgd_curve(path):
+  """Returns [(epochs, precision)] of the tutorial's one-tower SGD (batch
+  128) from a step,precision CSV."""
+  return [(s * BATCH / EPOCH, p) for s, p in read_steps(path)]
+
+
+def plot_ceiling(runs, sgd_long, out):
+  """Draws each run's precision @ 1 against epochs (a line per tower
+  count and seed, its recipe's label), the tutorial's SGD with the same
+  examples, and #66's goal; returns {(towers, seed): (epochs, precision)}
+  at each run's end."""
+  fig, axes = plt.subplots(figsize=(8, 4.5))
+  ends = {}
+  for (towers, recipe), seeds in sorted(runs.items()):
+    for seed, points in sorted(seeds.items()):
+      epochs = [e for _, _, e, _ in points]
+      precision = [p for _, _, _, p in points]
+      ends[towers, seed] = epochs[-1], precision[-1]
+      axes.plot(epochs, precision, lw=1, label='%d tower%s, seed %d: %s' % (
+          towers, 's' if towers > 1 else '', seed, label(recipe, towers)))
+  if sgd_long:
+    epochs, precision = zip(*sgd_curve(sgd_long))
+    axes.plot(epochs, precision, 'k:', lw=1,
+              label="the tutorial's SGD, one tower (float32)")
+  axes.axhline(CEILING_GOAL, color='grey', ls='--', lw=0.8,
+               label="#66's goal, %.0f%%" % (100 * CEILING_GOAL))
+  axes.set_ylim(0.70, 0.86)
+  axes.set_xlabel('epochs (the examples of the tutorial\'s 100,000 steps: 256)')
+  axes.set_ylabel('precision @ 1, the test set (moving averages)')
+  axes.set_title('The ceiling: 256 epochs', fontsize=10)
+  axes.grid(alpha=0.3)
+  axes.legend(fontsize=7, loc='lower right')
+  fig.tight_layout()
+  fig.savefig(out, dpi=110)
+  return ends
 
 
 def print_minutes(recipes, sgd, target=TARGET):
@@ -421,11 +469,19 @@ def main():
                  help="draws the answer's picture (80%% and 83%%) here")
   p.add_argument('--sgd_long', default=None,
                  help="the tutorial's long one-tower run, step,precision")
+  p.add_argument('--ceiling', default=None,
+                 help="draws the ceiling's runs against epochs here")
   args = p.parse_args()
   if args.collect is not None:
     collect(args.collect, args.curves[0])
     return
   runs = read_all(args.curves)
+  if args.ceiling:
+    for (towers, seed), (epochs, precision) in sorted(plot_ceiling(
+        runs, args.sgd_long, args.ceiling).items()):
+      print('%d tower%s, seed %d: %.1f%% at %.0f epochs' % (
+          towers, 's' if towers > 1 else '', seed, 100 * precision, epochs))
+    return
   if args.answer:
     sgd = {}
     for target in ANSWER_TARGETS:

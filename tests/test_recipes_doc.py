@@ -193,3 +193,22 @@ def test_answer_picture_draws_both_targets(tmp_path):
   assert found == {0.80: {8: ([1500, 1600], 2)},
                    0.83: {8: ([5000, 5400], 2)}}
   assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_ceiling_draws_each_run_to_its_end_and_the_sgd_in_epochs(tmp_path):
+  _write(tmp_path / 'ceiling.csv', [_row(100, 0.70), _row(200, 0.84),
+                                    _row(150, 0.80, seed=2)])
+  sgd = tmp_path / 'sgd.csv'
+  sgd.write_text('# step,precision\n1000,0.5\n50000,0.83\n')
+  out = tmp_path / 'ceiling.png'
+  ends = recipes.plot_ceiling(recipes.read_recipes(str(tmp_path /
+                                                       'ceiling.csv')),
+                              str(sgd), str(out))
+  # Each seed's last evaluation, its epochs from its examples.
+  assert ends == {(8, 1): (pytest.approx(200 * 1024 / 50000.0, abs=0.01),
+                           0.84),
+                  (8, 2): (pytest.approx(150 * 1024 / 50000.0, abs=0.01),
+                           0.80)}
+  assert recipes.sgd_curve(str(sgd)) == [(1000 * 128 / 50000, 0.5),
+                                         (50000 * 128 / 50000, 0.83)]
+  assert out.stat().st_size > 10000

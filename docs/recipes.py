@@ -53,7 +53,6 @@ import time_to_target  # pylint: disable=g-import-not-at-top
 BATCH = 128
 TARGET = 0.80
 ANSWER_TARGETS = (0.80, 0.83)  # The answer's columns.
-EPOCH = 50000  # Training images: the ceiling's x axis is epochs.
 CEILING_GOAL = 0.85  # #66's goal for one tower within 256 epochs.
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s', 'recipe']
@@ -359,7 +358,13 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
 def sgd_curve(path):
   """Returns [(epochs, precision)] of the tutorial's one-tower SGD (batch
   128) from a step,precision CSV."""
-  return [(s * BATCH / EPOCH, p) for s, p in read_steps(path)]
+  return [(s * BATCH / time_to_target.EXAMPLES_PER_EPOCH, p)
+          for s, p in read_steps(path)]
+
+
+def run_name(towers, seed):
+  """Returns a run's name, as '1 tower, seed 2' or '8 towers, seed 1'."""
+  return '%d tower%s, seed %d' % (towers, 's' if towers > 1 else '', seed)
 
 
 def plot_ceiling(runs, sgd_long, out):
@@ -374,8 +379,8 @@ def plot_ceiling(runs, sgd_long, out):
       epochs = [e for _, _, e, _ in points]
       precision = [p for _, _, _, p in points]
       ends[towers, seed] = epochs[-1], precision[-1]
-      axes.plot(epochs, precision, lw=1, label='%d tower%s, seed %d: %s' % (
-          towers, 's' if towers > 1 else '', seed, label(recipe, towers)))
+      axes.plot(epochs, precision, lw=1, label='%s: %s' % (
+          run_name(towers, seed), label(recipe, towers)))
   if sgd_long:
     epochs, precision = zip(*sgd_curve(sgd_long))
     axes.plot(epochs, precision, 'k:', lw=1,
@@ -479,8 +484,8 @@ def main():
   if args.ceiling:
     for (towers, seed), (epochs, precision) in sorted(plot_ceiling(
         runs, args.sgd_long, args.ceiling).items()):
-      print('%d tower%s, seed %d: %.1f%% at %.0f epochs' % (
-          towers, 's' if towers > 1 else '', seed, 100 * precision, epochs))
+      print('%s: %.1f%% at %.0f epochs' % (
+          run_name(towers, seed), 100 * precision, epochs))
     return
   if args.answer:
     sgd = {}

@@ -17,6 +17,7 @@ from __future__ import absolute_import
 from __future__ import division
 from __future__ import print_function
 
+import gc
 import os
 import sys
 
@@ -121,6 +122,11 @@ def run_main(main, takes_arguments=False, defaults=None):
     check_path_flags()
     _precision_notice()
     return main(argv)
+  # What is loaded by now (TensorFlow: some 350,000 Python objects) lives
+  # until the script ends. Frozen, Python's collector neither walks it at
+  # each full collection nor takes it apart at exit: about 2 core-seconds
+  # less per script on a 2-core AVX2 CPU (docs/testing.md).
+  gc.freeze()
   try:
     app.run(checked_main, flags_parser=_parse_flags)
   except errors.Error as e:

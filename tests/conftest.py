@@ -6,6 +6,7 @@ repository. Tests that need it skip with a reason when it is absent,
 except under CI (CI=true), where its absence is a failure.
 """
 
+import gc
 import os
 import queue
 import re
@@ -44,6 +45,14 @@ cifar10.tf.config.experimental.enable_tensor_float_32_execution(False)
 # Why the GPU tests are skipped here, or None where TensorFlow sees a GPU.
 NO_GPU = (None if cifar10.tf.config.list_physical_devices('GPU') else
           'TensorFlow sees no GPU on this machine')
+
+
+def pytest_collection_finish(session):  # pylint: disable=unused-argument
+  """Freezes what the test modules imported (TensorFlow), as cli.run_main
+  does in a script: Python's collector then skips it at each full
+  collection, which the tests' graphs set off often, and at exit."""
+  gc.freeze()
+
 
 ARCHIVE = os.environ.get(
     'CIFAR10_ARCHIVE',

@@ -268,7 +268,8 @@ def test_main_runs_with_what_the_script_imported_frozen(monkeypatch):
   """run_main freezes what is loaded before main (TensorFlow, here with
   pytest), so that Python's collector skips it from then on."""
   monkeypatch.setattr(sys, 'argv', ['cifar10_train.py'])
-  gc.unfreeze()  # What another test's run_main froze in this process.
+  was_frozen = gc.get_freeze_count()  # By conftest, as run_main does.
+  gc.unfreeze()
   frozen = []
 
   def main(argv):  # pylint: disable=unused-argument
@@ -279,6 +280,8 @@ def test_main_runs_with_what_the_script_imported_frozen(monkeypatch):
       cli.run_main(main)
   finally:
     gc.unfreeze()
+    if was_frozen:
+      gc.freeze()
   assert exit_status.value.code == 0
   # Every object the collector tracked: with TensorFlow loaded, some
   # 350,000; none when nothing is frozen.

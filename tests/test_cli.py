@@ -287,6 +287,7 @@ def test_main_runs_with_what_the_script_imported_frozen(monkeypatch):
   # 350,000; none when nothing is frozen.
   assert frozen[0] > 100000, frozen
 
+
 def test_too_many_eval_examples_is_one_line(fake_data_dir):
   result = run_script('cifar10_eval.py', '--data_dir=' + fake_data_dir,
                       '--num_examples=10001', '--run_once')

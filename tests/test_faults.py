@@ -54,10 +54,13 @@ def _evaluated_steps(eval_dir):
   for name in sorted(os.listdir(eval_dir)) if os.path.isdir(eval_dir) else []:
     if not name.startswith('events.out.tfevents'):
       continue  # The evaluator's lock file.
-    for event in tf.compat.v1.train.summary_iterator(
-        os.path.join(eval_dir, name)):
-      if any(v.tag == 'Precision @ 1' for v in event.summary.value):
-        steps.append(event.step)
+    events = tf.compat.v1.train.summary_iterator(os.path.join(eval_dir, name))
+    try:
+      for event in events:
+        if any(v.tag == 'Precision @ 1' for v in event.summary.value):
+          steps.append(event.step)
+    except tf.errors.DataLossError:
+      pass  # A record the evaluator is still writing: read on next time.
   return steps
 
 

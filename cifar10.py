@@ -176,20 +176,24 @@ def _max_pool(x, name, data_format):
       padding='SAME', data_format=data_format, name=name)
 
 
-def inference(images, opts=options.DEFAULT, conv_weight_decay=None):
+def inference(images, opts=options.DEFAULT, conv_weight_decay=None,
+              dropout=None):
   """Builds the CIFAR-10 model on images (from distorted_inputs() or
   inputs(), NHWC, in opts' dtype), as opts says (precision, layout, XLA),
-  the convolutions' kernels decayed by conv_weight_decay (None: not, as
-  the tutorial's); returns the logits, [batch_size, NUM_CLASSES]."""
+  the convolutions' kernels decayed by conv_weight_decay and a share
+  dropout of local3's and local4's outputs dropped (None: neither, as the
+  tutorial's; only a trainer's model drops); returns the logits,
+  [batch_size, NUM_CLASSES]."""
   with opts.compiled():  # With --xla, the model and its gradients go to XLA.
     return _layers(images, opts.data_format(), opts.compute_dtype(),
-                   conv_weight_decay or None)
+                   conv_weight_decay or None, dropout or None)
 
 
-def _layers(images, fmt, dtype, conv_wd):
+def _layers(images, fmt, dtype, conv_wd, dropout):
   """Builds the model's layers on images in layout fmt (NHWC or NCHW, for
   the device it runs on), computing in dtype, the convolutions' kernels
-  decayed by conv_wd (None: not); returns the logits."""
+  decayed by conv_wd, a share dropout of the fully connected layers'
+  outputs dropped (None: not); returns the logits."""
   # Every variable is made by tf.get_variable(), never tf.Variable(): in a
   # reusing variable scope it finds the variable of that name instead of
   # making a new one, so every tower of the multi-GPU trainer that builds
@@ -214,9 +218,9 @@ def _layers(images, fmt, dtype, conv_wd):
     # layouts and checkpoints are interchangeable.
     pool2 = tf.transpose(pool2, [0, 2, 3, 1])
 
-  # local3, local4
-  local3 = _local('local3', pool2, 384, dtype)
-  local4 = _local('local4', local3, 192, dtype)
+  # local3, local4 (with --dropout, each drops a share of its outputs)
+  local3 = _local('local3', pool2, 384, dtype, dropout)
+  local4 = _local('local4', local3, 192, dtype, dropout)
 
   # softmax_linear: the logits, W x + b, with no softmax: the loss takes
   # them as they are (sparse_softmax_cross_entropy_with_logits applies the
@@ -251,9 +255,11 @@ def _conv(name, x, channels, bias, wd, fmt, dtype):
   return output
 
 
-def _local(name, x, units, dtype):
+def _local(name, x, units, dtype, dropout=None):
   """Builds the fully connected layer name on x: units ReLUs, their
-  weights decayed by 0.004, their biases from 0.1; returns its output."""
+  weights decayed by 0.004, their biases from 0.1; returns its output,
+  with a share dropout of it zeroed at random and the rest scaled by
+  1 / (1 - dropout), which keeps its expected sum (None: all of it)."""
   with tf1.variable_scope(name) as scope:
     if x.shape.ndims > 2:
       # Each image's 6x6x64 activations as one row of 2304, so that one
@@ -266,6 +272,8 @@ def _local(name, x, units, dtype):
                               tf1.constant_initializer(0.1), dtype)
     output = tf.nn.relu(tf.matmul(x, weights) + biases, name=scope.name)
     _activation_summary(output)
+    if dropout:
+      output = tf.nn.dropout(output, rate=dropout, name='dropout')
   return output
 
 

@@ -88,7 +88,8 @@ def tower_loss(scope, images, labels, recipe=recipes.TUTORIAL,
      The tower's total loss: its cross entropy plus the weight decay terms.
   """
   # The whole model, on this tower's images.
-  logits = cifar10.inference(images, opts, recipe.conv_weight_decay)
+  logits = cifar10.inference(images, opts, recipe.conv_weight_decay,
+                             recipe.dropout)
 
   # Its loss: cross entropy plus weight decay, the terms this tower made
   # (in its name scope).

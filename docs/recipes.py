@@ -50,7 +50,7 @@ import matplotlib.ticker  # pylint: disable=g-import-not-at-top
 import plot_scaling  # pylint: disable=g-import-not-at-top
 import time_to_target  # pylint: disable=g-import-not-at-top
 
-BATCH = 128
+BATCH = time_to_target.BATCH_SIZE  # one tower's examples a step
 TARGET = 0.80
 ANSWER_TARGETS = (0.80, 0.83)  # The answer's columns.
 CEILING_GOAL = 0.85  # #66's goal for one tower within 256 epochs.
@@ -99,7 +99,7 @@ def label(recipe, towers):
   warmup = given.get('warmup_epochs')
   regularized = ''.join(', %s %s' % (words, given[flag]) for flag, words in (
       ('label_smoothing', 'smoothing'), ('conv_weight_decay', 'conv decay'),
-      ('moving_average_decay', 'averages'))
+      ('dropout', 'dropout'), ('moving_average_decay', 'averages'))
                         if flag in given and float(given[flag]))
   return '%s, %s %s ep, %speak %g%s' % (
       name, given.get('lr_schedule', 'tutorial'), given.get('train_epochs', '-'),

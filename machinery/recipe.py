@@ -18,6 +18,8 @@ batches (many towers) need:
                                   (the tutorial decays local3 and local4)
   --label_smoothing=S             1 - S on each label, S spread over all
                                   ten classes
+  --dropout=R                     drop a share R of local3's and local4's
+                                  outputs while training
   --moving_average_decay=D        the decay of the weights' moving
                                   averages, which the evaluator measures
 
@@ -105,13 +107,20 @@ flags.DEFINE_float('label_smoothing', 0.0,
                    'Train on labels smoothed: 1 - this on the right class, '
                    'this spread evenly over all ten. 0: none (the '
                    'tutorial).')
+flags.DEFINE_float('dropout', 0.0,
+                   'While training, drop this share of the outputs of '
+                   'local3 and local4 (the fully connected layers, which '
+                   'hold 90% of the weights), scaling the rest up to keep '
+                   'their sum (Srivastava et al. 2014; AlexNet dropped half '
+                   'of its own). The evaluator keeps them all. 0: none (the '
+                   'tutorial).')
 
 
 class Recipe(collections.namedtuple('Recipe', [
     'initial_learning_rate', 'learning_rate_scaling', 'warmup_epochs',
     'lr_schedule', 'train_epochs', 'optimizer', 'momentum', 'nesterov',
     'trust_coefficient', 'conv_weight_decay', 'label_smoothing',
-    'moving_average_decay'])):
+    'moving_average_decay', 'dropout'])):
   """How the model trains: each field one of the flags above. The defaults
   are the tutorial's (TUTORIAL)."""
 
@@ -147,7 +156,8 @@ TUTORIAL = Recipe(
     warmup_epochs=0.0, lr_schedule='tutorial', train_epochs=None,
     optimizer='sgd', momentum=DEFAULT_MOMENTUM, nesterov=False,
     trust_coefficient=DEFAULT_TRUST_COEFFICIENT, conv_weight_decay=0.0,
-    label_smoothing=0.0, moving_average_decay=TUTORIAL_MOVING_AVERAGE_DECAY)
+    label_smoothing=0.0, moving_average_decay=TUTORIAL_MOVING_AVERAGE_DECAY,
+    dropout=0.0)
 
 
 def check(recipe):
@@ -183,6 +193,9 @@ def check(recipe):
     raise errors.UsageError('--label_smoothing=%g: give a share from 0 '
                             '(none) up to, not including, 1.'
                             % recipe.label_smoothing)
+  if not 0 <= recipe.dropout < 1:
+    raise errors.UsageError('--dropout=%g: give a share from 0 (none) up to, '
+                            'not including, 1.' % recipe.dropout)
   return recipe
 
 
@@ -197,7 +210,8 @@ def from_flags():
       trust_coefficient=FLAGS.lars_trust_coefficient,
       conv_weight_decay=FLAGS.conv_weight_decay,
       label_smoothing=FLAGS.label_smoothing,
-      moving_average_decay=FLAGS.moving_average_decay))
+      moving_average_decay=FLAGS.moving_average_decay,
+      dropout=FLAGS.dropout))
 
 
 def decay_to_zero(step, examples_per_step, recipe):

@@ -171,6 +171,8 @@ def test_tutorial_schedule_with_a_budget_keeps_its_staircase():
      'factor from 0'),
     (dict(label_smoothing=1.0), '--label_smoothing=1: give a share from 0'),
     (dict(label_smoothing=-0.1), '--label_smoothing=-0.1: give a share'),
+    (dict(dropout=1.0), '--dropout=1: give a share from 0'),
+    (dict(dropout=-0.2), '--dropout=-0.2: give a share from 0'),
     (dict(moving_average_decay=1.0), '--moving_average_decay=1: give a decay'),
     (dict(moving_average_decay=0.0), '--moving_average_decay=0: give a decay'),
 ])
@@ -326,6 +328,32 @@ def test_the_loss_decays_the_convolutions_and_smooths_the_labels(conv_wd,
   assert got == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.parametrize('rate', [None, 0.3])
+def test_dropout_drops_a_share_of_the_fully_connected_outputs(rate):
+  rng = np.random.RandomState(0)
+  images = rng.normal(size=(64, 24, 24, 3)).astype(np.float32)
+  with tf.Graph().as_default() as graph:
+    tf1.set_random_seed(1)
+    cifar10.inference(tf.constant(images), dropout=rate)
+    # Each fully connected layer's ReLUs, and what the next layer reads.
+    layers = [(graph.get_tensor_by_name(made),
+               graph.get_operation_by_name(reader).inputs[0])
+              for made, reader in (('local3/local3:0', 'local4/MatMul'),
+                                   ('local4/local4:0', 'softmax_linear/MatMul'))]
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      values = sess.run(layers)
+  for made, fed in values:
+    alive = made > 0  # The ReLUs' outputs that dropout can drop.
+    if rate is None:
+      np.testing.assert_array_equal(fed, made)  # The tutorial's model.
+      continue
+    dropped = alive & (fed == 0)
+    assert dropped.sum() / alive.sum() == pytest.approx(rate, abs=0.03)
+    kept = alive & ~dropped
+    np.testing.assert_allclose(fed[kept], made[kept] / (1 - rate), rtol=1e-5)
+
+
 def _ancestors(tensor):
   """The names of the ops tensor is computed from."""
   seen, todo = set(), [tensor.op]
@@ -343,7 +371,7 @@ def test_every_trainer_takes_the_regularization(fake_data_dir, trainer,
   del examples_per_step
   graphs = [_trainer_graph(trainer, fake_data_dir),
             _trainer_graph(trainer, fake_data_dir, conv_weight_decay=0.01,
-                           label_smoothing=0.1)]
+                           label_smoothing=0.1, dropout=0.3)]
   found = []
   for graph in graphs:
     totals = [op.outputs[0] for op in graph.get_operations()
@@ -352,11 +380,13 @@ def test_every_trainer_takes_the_regularization(fake_data_dir, trainer,
     ancestors = [_ancestors(total) for total in totals]
     found.append([(any(n.endswith('conv1/weight_loss') for n in names),
                    any(n.endswith('conv2/weight_loss') for n in names),
-                   any('label_smoothing/' in n for n in names))
+                   any('label_smoothing/' in n for n in names),
+                   any('local3/dropout/' in n for n in names),
+                   any('local4/dropout/' in n for n in names))
                   for names in ancestors])
   tutorial, regularized = found
-  assert set(tutorial) == {(False, False, False)}  # Nothing changes.
-  assert set(regularized) == {(True, True, True)}  # In every tower.
+  assert set(tutorial) == {(False,) * 5}  # Nothing changes.
+  assert set(regularized) == {(True,) * 5}  # In every tower.
 
 
 def _decays(graph):

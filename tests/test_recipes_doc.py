@@ -45,6 +45,9 @@ def test_label_names_optimizer_schedule_budget_and_the_scaled_peak():
                        '--moving_average_decay=0.999', 1) == (
                            'momentum (Nesterov), linear 80 ep, peak 0.04, '
                            'smoothing 0.1, conv decay 0.002, averages 0.999')
+  assert recipes.label('--optimizer=momentum --lr_schedule=linear '
+                       '--train_epochs=8 --dropout=0.3', 1) == (
+                           'momentum, linear 8 ep, peak 0.1, dropout 0.3')
 
 
 def _write(path, rows):

@@ -63,6 +63,11 @@ MAX_FILE_BYTES = download.MAX_MEMBER_BYTES
 MIN_FRACTION_OF_EXAMPLES_IN_QUEUE = 0.4
 NUM_PREPROCESS_THREADS = 16
 
+# Cutout (a recipe's --cutout) draws where its square goes from the image's
+# seed folded with this number, so that the tutorial's five draws stay
+# what they are.
+CUTOUT_SEED_FOLD = 1
+
 
 def buffered_bytes(batch_size, num_batches):
   """Returns the bytes the training pipeline holds: the raw records of its
@@ -151,7 +156,7 @@ def decode_record(record):
   return label, image
 
 
-def distort_image(image, seed):
+def distort_image(image, seed, cutout=0):
   """Applies the tutorial's training distortions, in the tutorial's order.
 
   The random numbers come from the image's own seed (a stateless draw):
@@ -161,6 +166,8 @@ def distort_image(image, seed):
   Args:
     image: a float32 [32, 32, 3] image.
     seed: the image's random seed, an int64 [2] tensor.
+    cutout: the side in pixels of a square to blank out after the
+      tutorial's distortions (cut_out); 0: none, as the tutorial's.
 
   Returns:
     A float32 [24, 24, 3] image, standardized.
@@ -183,7 +190,32 @@ def distort_image(image, seed):
   # a factor from 0.2 to 1.8.
   image = tf.image.adjust_brightness(image, (2 * brightness - 1) * 63)
   image = tf.image.adjust_contrast(image, 0.2 + 1.6 * contrast)
-  return tf.image.per_image_standardization(image)
+  image = tf.image.per_image_standardization(image)
+  return cut_out(image, cutout, seed) if cutout else image
+
+
+def cut_out(image, size, seed):
+  """Blanks a size x size square of a standardized image (Cutout, DeVries
+  and Taylor 2017): centred on a random pixel, so that near an edge only
+  part of it falls on the image.
+
+  Args:
+    image: a float32 [24, 24, 3] image, standardized.
+    size: the square's side in pixels.
+    seed: the image's random seed, an int64 [2] tensor.
+
+  Returns:
+    The image, 0 (its mean) in every channel inside the square.
+  """
+  with tf.name_scope('cutout'):
+    draw = tf.random.stateless_uniform(
+        [2], tf.random.experimental.stateless_fold_in(seed, CUTOUT_SEED_FOLD))
+    top_left = tf.cast(draw * IMAGE_SIZE, tf.int32) - size // 2
+    pixels = tf.range(IMAGE_SIZE)
+    rows = (pixels >= top_left[0]) & (pixels < top_left[0] + size)
+    columns = (pixels >= top_left[1]) & (pixels < top_left[1] + size)
+    square = rows[:, tf.newaxis] & columns[tf.newaxis, :]
+    return tf.where(square[:, :, tf.newaxis], tf.zeros_like(image), image)
 
 
 def eval_image(image):
@@ -249,7 +281,8 @@ def _held_out(records):
   return records.skip(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN - NUM_EXAMPLES_HELD_OUT)
 
 
-def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False):
+def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False,
+                      cutout=0):
   """Builds the training pipeline as a tf.data.Dataset (graph or eager).
 
   Shuffles records in a buffer of 40% of an epoch and distorts them in
@@ -260,6 +293,7 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False):
     batch_size: number of images per batch.
     prefetch_batches: batches made ahead of the consumer.
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT images out.
+    cutout: the side of the square distort_image blanks; 0: none.
 
   Returns:
     A repeating dataset of (float32 [batch_size, 24, 24, 3] images,
@@ -269,12 +303,14 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False):
                            MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
   print('Filling queue with %d CIFAR images before starting to train. '
         'This will take a few seconds.' % min_queue_examples)
-  return _dataset(data_files(data_dir, eval_data=False), distort_image,
+  distort = lambda image, seed: distort_image(image, seed, cutout)
+  return _dataset(data_files(data_dir, eval_data=False), distort,
                   batch_size, min_queue_examples, prefetch_batches,
                   _kept if hold_out else None)
 
 
-def distorted_batches(data_dir, batch_size, num_batches, hold_out=False):
+def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
+                      cutout=0):
   """Constructs distinct distorted batches from one shared input pipeline.
 
   The pipeline shuffles records in a buffer of 40% of an epoch, distorts
@@ -287,6 +323,7 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False):
     batch_size: number of images per batch.
     num_batches: number of batches each step takes.
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
+    cutout: the side of the square distort_image blanks; 0: none.
 
   Returns:
     A list of num_batches (images, labels) pairs: float32
@@ -294,7 +331,7 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False):
   """
   with tf.device('/cpu:0'), tf.compat.v1.name_scope('input'):
     dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches,
-                                hold_out)
+                                hold_out, cutout)
     iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
     batches = []
     for _ in range(num_batches):
@@ -306,19 +343,20 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False):
   return batches
 
 
-def distorted_inputs(data_dir, batch_size, hold_out=False):
+def distorted_inputs(data_dir, batch_size, hold_out=False, cutout=0):
   """Constructs distorted input for CIFAR training: one batch a step.
 
   Args:
     data_dir: path to the CIFAR-10 data directory.
     batch_size: number of images per batch.
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
+    cutout: the side of the square distort_image blanks; 0: none.
 
   Returns:
     images: float32 [batch_size, 24, 24, 3] tensor.
     labels: int32 [batch_size] tensor.
   """
-  return distorted_batches(data_dir, batch_size, 1, hold_out)[0]
+  return distorted_batches(data_dir, batch_size, 1, hold_out, cutout)[0]
 
 
 def inputs(eval_data, data_dir, batch_size, held_out=False):

@@ -85,7 +85,7 @@ def run_training(recipe, opts):
     with tf.device('/cpu:0'):
       images, labels = cifar10.distorted_inputs(FLAGS.data_dir,
                                                 FLAGS.batch_size, opts,
-                                                FLAGS.hold_out)
+                                                FLAGS.hold_out, recipe.cutout)
     train_op, loss, scaffold = build_train_op([(images, labels)], [''],
                                               recipe, opts)
 

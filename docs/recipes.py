@@ -99,7 +99,8 @@ def label(recipe, towers):
   warmup = given.get('warmup_epochs')
   regularized = ''.join(', %s %s' % (words, given[flag]) for flag, words in (
       ('label_smoothing', 'smoothing'), ('conv_weight_decay', 'conv decay'),
-      ('dropout', 'dropout'), ('moving_average_decay', 'averages'))
+      ('dropout', 'dropout'), ('cutout', 'cutout'),
+      ('moving_average_decay', 'averages'))
                         if flag in given and float(given[flag]))
   return '%s, %s %s ep, %speak %g%s' % (
       name, given.get('lr_schedule', 'tutorial'), given.get('train_epochs', '-'),

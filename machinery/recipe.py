@@ -20,6 +20,8 @@ batches (many towers) need:
                                   ten classes
   --dropout=R                     drop a share R of local3's and local4's
                                   outputs while training
+  --cutout=P                      blank a P x P square of each training
+                                  image (the input pipeline's)
   --moving_average_decay=D        the decay of the weights' moving
                                   averages, which the evaluator measures
 
@@ -50,6 +52,9 @@ FLAGS = flags.FLAGS
 
 # Training examples in an epoch (as cifar10_input.py counts them).
 EXAMPLES_PER_EPOCH = 50000
+# The side of the images the model trains on (cifar10_input.IMAGE_SIZE):
+# the largest square --cutout can blank.
+IMAGE_SIZE = 24
 TUTORIAL_LEARNING_RATE = 0.1  # The tutorial's rate, --initial_learning_rate.
 TUTORIAL_BATCH_SIZE = 128  # The examples of a step it was set for.
 # The decay of the weights' moving averages. The step caps it at
@@ -114,13 +119,18 @@ flags.DEFINE_float('dropout', 0.0,
                    'their sum (Srivastava et al. 2014; AlexNet dropped half '
                    'of its own). The evaluator keeps them all. 0: none (the '
                    'tutorial).')
+flags.DEFINE_integer('cutout', 0,
+                     'Blank a square of this side, in pixels, in each '
+                     'distorted 24x24 training image, centred on a random '
+                     'pixel (Cutout, DeVries and Taylor 2017). The evaluator '
+                     'sees whole images. 0: none (the tutorial).')
 
 
 class Recipe(collections.namedtuple('Recipe', [
     'initial_learning_rate', 'learning_rate_scaling', 'warmup_epochs',
     'lr_schedule', 'train_epochs', 'optimizer', 'momentum', 'nesterov',
     'trust_coefficient', 'conv_weight_decay', 'label_smoothing',
-    'moving_average_decay', 'dropout'])):
+    'moving_average_decay', 'dropout', 'cutout'])):
   """How the model trains: each field one of the flags above. The defaults
   are the tutorial's (TUTORIAL)."""
 
@@ -157,7 +167,7 @@ TUTORIAL = Recipe(
     optimizer='sgd', momentum=DEFAULT_MOMENTUM, nesterov=False,
     trust_coefficient=DEFAULT_TRUST_COEFFICIENT, conv_weight_decay=0.0,
     label_smoothing=0.0, moving_average_decay=TUTORIAL_MOVING_AVERAGE_DECAY,
-    dropout=0.0)
+    dropout=0.0, cutout=0)
 
 
 def check(recipe):
@@ -196,6 +206,9 @@ def check(recipe):
   if not 0 <= recipe.dropout < 1:
     raise errors.UsageError('--dropout=%g: give a share from 0 (none) up to, '
                             'not including, 1.' % recipe.dropout)
+  if not 0 <= recipe.cutout <= IMAGE_SIZE:
+    raise errors.UsageError('--cutout=%d: give a side in pixels from 0 (none) '
+                            'to %d.' % (recipe.cutout, IMAGE_SIZE))
   return recipe
 
 
@@ -211,7 +224,7 @@ def from_flags():
       conv_weight_decay=FLAGS.conv_weight_decay,
       label_smoothing=FLAGS.label_smoothing,
       moving_average_decay=FLAGS.moving_average_decay,
-      dropout=FLAGS.dropout))
+      dropout=FLAGS.dropout, cutout=FLAGS.cutout))
 
 
 def decay_to_zero(step, examples_per_step, recipe):

@@ -347,13 +347,18 @@ def build_towers(batches, devices, variable_update, opts=None,
                  measure_noise)
 
 
-def script_graph(train_dir):
-  """{op name: op type} of the graph.pbtxt a trainer wrote to train_dir."""
+def script_graph(train_dir, functions=False):
+  """{op name: op type} of the graph.pbtxt a trainer wrote to train_dir;
+  with functions, of the ops in its functions instead (tf.data's map
+  functions: the input's preprocessing)."""
   from google.protobuf import text_format  # pylint: disable=g-import-not-at-top
   from tensorflow.core.framework import graph_pb2  # pylint: disable=g-import-not-at-top
   graph = graph_pb2.GraphDef()
   with open(os.path.join(train_dir, 'graph.pbtxt')) as f:
     text_format.Parse(f.read(), graph)
+  if functions:
+    return {node.name: node.op for function in graph.library.function
+            for node in function.node_def}
   return {node.name: node.op for node in graph.node}
 
 

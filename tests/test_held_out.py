@@ -96,19 +96,24 @@ def test_more_than_the_held_out_images_is_one_error_line(split_data_dir,
     ('cifar10_model_parallel_train.py', ['--virtual_gpus']),
     ('cifar10_distributed_train.py', ['--job_name=worker', '--task_index=0']),
 ])
-def test_every_trainer_holds_out_with_hold_out(fake_data_dir, tmp_path,
-                                               script, args):
+def test_every_trainer_holds_out_with_hold_out_and_cuts_out_with_cutout(
+    fake_data_dir, tmp_path, script, args):
   """A trainer given --hold_out reads its records through a take() of the
-  first 45,000 (its graph.pbtxt's TakeDataset); without it, no take()."""
+  first 45,000 (its graph.pbtxt's TakeDataset), and one given --cutout
+  blanks a square in its preprocessing (ops in the name scope 'cutout' in
+  the map function); without them, neither."""
   if script == 'cifar10_distributed_train.py':
     args = args + ['--worker_hosts=127.0.0.1:%d'
                    % cluster.free_local_ports(1)[0]]
-  takes = []
-  for hold_out in ([], ['--hold_out']):
-    train_dir = str(tmp_path / ('held' if hold_out else 'all'))
+  takes, cutouts = [], []
+  for options in ([], ['--hold_out', '--cutout=8']):
+    train_dir = str(tmp_path / ('held' if options else 'all'))
     result = train(fake_data_dir, train_dir, '--max_steps=1',
-                   '--batch_size=8', *(args + hold_out), script=script)
+                   '--batch_size=8', *(args + options), script=script)
     assert result.returncode == 0, result.stderr[-3000:]
     takes.append(sorted(op for op in script_graph(train_dir).values()
                         if op == 'TakeDataset'))
+    cutouts.append(any(name.startswith('cutout/') for name in
+                       script_graph(train_dir, functions=True)))
   assert takes == [[], ['TakeDataset']]
+  assert cutouts == [False, True]

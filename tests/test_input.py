@@ -98,6 +98,42 @@ def test_distort_image_is_random_crop_flip_and_standardized():
   assert {flipped for _, _, flipped in where} == {False, True}
 
 
+@pytest.mark.parametrize('side', [8, 12])
+def test_cutout_blanks_one_square_of_the_same_distorted_image(side):
+  """--cutout: each distorted image, as without it (the tutorial's draws
+  kept), but 0 in every channel on one square of that side centred on a
+  pixel, clipped where it passes an edge; the square moves with the
+  seed."""
+  image = np.random.RandomState(2).randint(0, 256, (32, 32, 3))
+  with tf.Graph().as_default():
+    seed = tf1.placeholder(tf.int64, [2])
+    image = tf.constant(image, tf.float32)
+    pair = (cifar10_input.distort_image(image, seed),
+            cifar10_input.distort_image(image, seed, cutout=side))
+    with tf1.Session() as sess:
+      outs = [sess.run(pair, {seed: [i, 7]}) for i in range(60)]
+  corners, areas = set(), []
+  for whole, cut in outs:
+    changed = np.any(whole != cut, axis=-1)
+    blanked = np.all(cut == 0, axis=-1)
+    np.testing.assert_array_equal(changed, blanked)
+    rows, columns = np.nonzero(blanked)
+    top, left = rows.min(), columns.min()
+    height, width = rows.max() + 1 - top, columns.max() + 1 - left
+    assert height * width == blanked.sum()  # One rectangle,
+    # the square itself, or as much of it as falls on the image.
+    assert height <= side and width <= side
+    assert height == side or top == 0 or top + height == 24
+    assert width == side or left == 0 or left + width == 24
+    corners.add((top, left))
+    areas.append(blanked.sum())
+  assert len(corners) >= 40
+  # Centred on a pixel drawn uniformly: on average this share of the image.
+  inside = lambda c: min(c + side - side // 2, 24) - max(c - side // 2, 0)
+  expected = np.mean([inside(c) for c in range(24)]) ** 2
+  assert np.mean(areas) == pytest.approx(expected, rel=0.25)
+
+
 def test_inputs_in_file_order_with_static_shapes(tmp_path):
   written = make_fake_data(str(tmp_path), records_per_file=12)
   with tf.Graph().as_default():

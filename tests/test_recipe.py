@@ -173,6 +173,9 @@ def test_tutorial_schedule_with_a_budget_keeps_its_staircase():
     (dict(label_smoothing=-0.1), '--label_smoothing=-0.1: give a share'),
     (dict(dropout=1.0), '--dropout=1: give a share from 0'),
     (dict(dropout=-0.2), '--dropout=-0.2: give a share from 0'),
+    (dict(cutout=25), '--cutout=25: give a side in pixels from 0 (none) to '
+     '24.'),
+    (dict(cutout=-1), '--cutout=-1: give a side in pixels from 0'),
     (dict(moving_average_decay=1.0), '--moving_average_decay=1: give a decay'),
     (dict(moving_average_decay=0.0), '--moving_average_decay=0: give a decay'),
 ])

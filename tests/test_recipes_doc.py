@@ -48,6 +48,9 @@ def test_label_names_optimizer_schedule_budget_and_the_scaled_peak():
   assert recipes.label('--optimizer=momentum --lr_schedule=linear '
                        '--train_epochs=8 --dropout=0.3', 1) == (
                            'momentum, linear 8 ep, peak 0.1, dropout 0.3')
+  assert recipes.label('--optimizer=momentum --lr_schedule=linear '
+                       '--train_epochs=8 --cutout=12', 1) == (
+                           'momentum, linear 8 ep, peak 0.1, cutout 12')
 
 
 def _write(path, rows):

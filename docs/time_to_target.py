@@ -16,9 +16,10 @@ Run it again on the same --out_dir to resume.
 
 Its CSV, one line per evaluated checkpoint: towers, rate (none, linear or
 the --initial_learning_rate given), warmup_epochs, seed, step, examples,
-epochs, precision, wall_s: seconds from this command's start to the
-checkpoint's write (blank after a resume, which breaks the clock), and
-recipe: the --recipe flags (empty: the tutorial's SGD). A run whose loss
+epochs, precision, wall_s: seconds of training from the run's start to the
+checkpoint's write (after a resume the clock goes on from where the
+stopped command left it, without the time the run stood stopped; blank
+where that earlier clock is lost), and recipe: the --recipe flags (empty: the tutorial's SGD). A run whose loss
 diverged ends with a row of precision nan at the step that diverged. A
 recipe with --train_epochs=E ends there: E stands for --max_epochs.
 """
@@ -191,14 +192,33 @@ def append_rows(path, rows):
     writer.writerows(rows)
 
 
-def new_rows(args, found, written, times, start, resumed):
-  """Returns CSV rows for the evaluations not yet in the CSV, in step order."""
+def new_rows(args, found, written, times, clock):
+  """Returns CSV rows for the evaluations not yet in the CSV, in step order;
+  clock: run_clock()'s."""
   rows = []
   for step in sorted(s for s in found if s not in written):
-    wall = '' if resumed or step not in times else '%.0f' % (
-        times[step] - start)
+    seconds = clock(times[step]) if step in times else None
+    wall = '' if seconds is None else '%.0f' % seconds
     rows.append(row(args, step, '%.4f' % found[step], wall))
   return rows
+
+
+def run_clock(curve, earlier, start):
+  """Returns clock(t): the seconds the run has trained when a checkpoint is
+  written at time t, counted from the run's first start. earlier: {step:
+  write time} of the checkpoints already in its train_dir at this
+  command's start. Resumed, the clock goes on from the last row with a
+  wall_s and its checkpoint's time, and leaves out the time the run stood
+  stopped (from its newest checkpoint to this command's start); clock(t)
+  is None when that row or its checkpoint is gone."""
+  if not earlier:
+    return lambda t: t - start
+  timed = [r for r in curve if r['wall_s'] and int(r['step']) in earlier]
+  if not timed:
+    return lambda t: None
+  began = earlier[int(timed[-1]['step'])] - float(timed[-1]['wall_s'])
+  stopped = max(earlier.values())
+  return lambda t: t - began if t <= stopped else stopped - began + t - start
 
 
 def row(args, step, precision, wall):
@@ -262,9 +282,10 @@ def run(args):
   done = outcome(args, curve)
   if done:
     return done
-  resumed = os.path.isdir(os.path.join(args.out_dir, 'train'))
   trainer_cmd, evaluator_cmd = commands(args)
   start = time.time()
+  clock = run_clock(curve, checkpoint_times(
+      os.path.join(args.out_dir, 'train'), {}), start)
   # Each child its own log, so an Error line names whose it is.
   log = open(os.path.join(args.out_dir, 'log'), 'a')
   eval_log = open(os.path.join(args.out_dir, 'eval_log'), 'a')
@@ -277,7 +298,7 @@ def run(args):
   evaluator = subprocess.Popen(evaluator_cmd, stdout=eval_log,
                                stderr=eval_log, env=evaluator_environ(args))
   try:
-    done = follow(args, trainer, evaluator, curve, csv_path, start, resumed)
+    done = follow(args, trainer, evaluator, curve, csv_path, clock)
     evaluator_exit = evaluator.poll()  # Not None: it died and ended the run.
   finally:
     stop(trainer)
@@ -299,7 +320,7 @@ def run(args):
       trainer.returncode, last_error(log.name) or 'no Error line')
 
 
-def follow(args, trainer, evaluator, curve, csv_path, start, resumed):
+def follow(args, trainer, evaluator, curve, csv_path, clock):
   """Writes each new evaluation to the CSV until the run ends, the
   evaluator dies (no run ends without it), or the trainer has been gone two
   minutes; returns outcome()'s line or None."""
@@ -310,7 +331,7 @@ def follow(args, trainer, evaluator, curve, csv_path, start, resumed):
     checkpoint_times(os.path.join(args.out_dir, 'train'), times)
     found = evaluations(os.path.join(args.out_dir, 'eval'))
     rows = new_rows(args, found, {int(r['step']) for r in curve}, times,
-                    start, resumed)
+                    clock)
     append_rows(csv_path, rows)
     curve += rows
     done = outcome(args, curve)

@@ -125,6 +125,34 @@ def test_outcome_names_the_first_evaluation_at_the_target():
       '71.00 epochs')
 
 
+def test_a_resumed_run_keeps_its_clock_without_the_time_it_stood_stopped():
+  args = _args('--towers=4')
+  # Its first command: started at 1000, checkpoints at 1100 (step 98) and
+  # 1200 (step 195), stopped at 1230 with a checkpoint of step 225 that
+  # was never evaluated; the run stood stopped until 5000.
+  curve = _curve((1, 0.40), wall='100') + _curve((2, 0.55), wall='200')
+  earlier = {98: 1100.0, 195: 1200.0, 225: 1230.0}
+  clock = time_to_target.run_clock(curve, earlier, 5000.0)
+  times = dict(earlier)
+  times[293] = 5060.0
+  rows = time_to_target.new_rows(
+      args, {98: 0.4, 195: 0.55, 225: 0.6, 293: 0.65}, {98, 195}, times,
+      clock)
+  # Step 225's from the earlier clock; step 293's 60 s after the resume,
+  # on top of the 230 s trained before it, not 4,060 s after step 0.
+  assert [(r['step'], r['wall_s']) for r in rows] == [(225, '230'),
+                                                      (293, '290')]
+  # A first start counts from this command's start.
+  fresh = time_to_target.run_clock([], {}, 5000.0)
+  assert fresh(5060.0) == 60.0
+  # The earlier clock lost (rows without wall_s, or their checkpoints
+  # gone): blank, not a time from this command's start alone.
+  assert time_to_target.run_clock(_curve((1, 0.4)), earlier, 5000.0)(
+      5060.0) is None
+  assert time_to_target.run_clock(curve, {225: 1230.0}, 5000.0)(
+      5060.0) is None
+
+
 def test_outcome_at_max_epochs_give_up_and_divergence(tmp_path):
   args = _args('--towers=4')
   assert time_to_target.outcome(args, _curve((60, 0.786), (100, 0.781))) == (

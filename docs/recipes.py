@@ -40,6 +40,7 @@ Usage (matplotlib comes with requirements-dev.txt):
 import argparse
 import collections
 import csv
+import itertools
 import math
 
 import matplotlib
@@ -54,6 +55,10 @@ BATCH = time_to_target.BATCH_SIZE  # one tower's examples a step
 TARGET = 0.80
 ANSWER_TARGETS = (0.80, 0.83)  # The answer's columns.
 CEILING_GOAL = 0.85  # #66's goal for one tower within 256 epochs.
+# The ceiling picture: a colour per recipe, a line style per seed.
+CEILING_COLORS = ('tab:blue', 'tab:cyan', 'tab:red', 'tab:orange', 'tab:green',
+                  'tab:purple', 'tab:brown', 'tab:olive')
+SEED_STYLES = ('-', '--')
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s', 'recipe']
 
@@ -371,29 +376,34 @@ def run_name(towers, seed):
 def plot_ceiling(runs, sgd_long, out):
   """Draws each run's precision @ 1 against epochs (a line per tower
   count and seed, its recipe's label), the tutorial's SGD with the same
-  examples, and #66's goal; returns {(towers, seed): (epochs, precision)}
-  at each run's end."""
-  fig, axes = plt.subplots(figsize=(8, 4.5))
+  examples, and #66's goal; returns {(towers, seed, recipe's label):
+  (epochs, precision)} at each run's end."""
+  fig, axes = plt.subplots(figsize=(8, 6.5))
   ends = {}
-  for (towers, recipe), seeds in sorted(runs.items()):
+  # A colour per recipe, a line style per seed.
+  for color, ((towers, recipe), seeds) in zip(
+      itertools.cycle(CEILING_COLORS), sorted(runs.items())):
     for seed, points in sorted(seeds.items()):
       epochs = [e for _, _, e, _ in points]
       precision = [p for _, _, _, p in points]
-      ends[towers, seed] = epochs[-1], precision[-1]
-      axes.plot(epochs, precision, lw=1, label='%s: %s' % (
-          run_name(towers, seed), label(recipe, towers)))
+      name = label(recipe, towers)
+      ends[towers, seed, name] = epochs[-1], precision[-1]
+      axes.plot(epochs, precision, lw=1, color=color,
+                ls=SEED_STYLES[(seed - 1) % len(SEED_STYLES)],
+                label='%s: %s' % (run_name(towers, seed), name))
   if sgd_long:
     epochs, precision = zip(*sgd_curve(sgd_long))
     axes.plot(epochs, precision, 'k:', lw=1,
               label="the tutorial's SGD, one tower (float32)")
-  axes.axhline(CEILING_GOAL, color='grey', ls='--', lw=0.8,
+  axes.axhline(CEILING_GOAL, color='grey', ls='-.', lw=0.8,
                label="#66's goal, %.0f%%" % (100 * CEILING_GOAL))
-  axes.set_ylim(0.70, 0.86)
+  axes.set_ylim(0.72, 0.86)
   axes.set_xlabel('epochs (the examples of the tutorial\'s 100,000 steps: 256)')
   axes.set_ylabel('precision @ 1, the test set (moving averages)')
   axes.set_title('The ceiling: 256 epochs', fontsize=10)
   axes.grid(alpha=0.3)
-  axes.legend(fontsize=7, loc='lower right')
+  # Below the axes, where it hides no curve.
+  axes.legend(fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.12))
   fig.tight_layout()
   fig.savefig(out, dpi=110)
   return ends
@@ -483,10 +493,10 @@ def main():
     return
   runs = read_all(args.curves)
   if args.ceiling:
-    for (towers, seed), (epochs, precision) in sorted(plot_ceiling(
+    for (towers, seed, name), (epochs, precision) in sorted(plot_ceiling(
         runs, args.sgd_long, args.ceiling).items()):
-      print('%s: %.1f%% at %.0f epochs' % (
-          run_name(towers, seed), 100 * precision, epochs))
+      print('%s, %s: %.1f%% at %.0f epochs' % (
+          run_name(towers, seed), name, 100 * precision, epochs))
     return
   if args.answer:
     sgd = {}

@@ -202,19 +202,24 @@ def test_answer_picture_draws_both_targets(tmp_path):
 
 
 def test_ceiling_draws_each_run_to_its_end_and_the_sgd_in_epochs(tmp_path):
+  cutout = dict(_row(120, 0.85), recipe=LARS + ' --cutout=8')
   _write(tmp_path / 'ceiling.csv', [_row(100, 0.70), _row(200, 0.84),
-                                    _row(150, 0.80, seed=2)])
+                                    _row(150, 0.80, seed=2), cutout])
   sgd = tmp_path / 'sgd.csv'
   sgd.write_text('# step,precision\n1000,0.5\n50000,0.83\n')
   out = tmp_path / 'ceiling.png'
   ends = recipes.plot_ceiling(recipes.read_recipes(str(tmp_path /
                                                        'ceiling.csv')),
                               str(sgd), str(out))
-  # Each seed's last evaluation, its epochs from its examples.
-  assert ends == {(8, 1): (pytest.approx(200 * 1024 / 50000.0, abs=0.01),
-                           0.84),
-                  (8, 2): (pytest.approx(150 * 1024 / 50000.0, abs=0.01),
-                           0.80)}
+  # Each run's last evaluation, its epochs from its examples: a seed run
+  # with two recipes (here with and without Cutout) keeps both ends.
+  name = recipes.label(LARS, 8)
+  assert ends == {(8, 1, name): (pytest.approx(200 * 1024 / 50000.0,
+                                               abs=0.01), 0.84),
+                  (8, 2, name): (pytest.approx(150 * 1024 / 50000.0,
+                                               abs=0.01), 0.80),
+                  (8, 1, name + ', cutout 8'): (
+                      pytest.approx(120 * 1024 / 50000.0, abs=0.01), 0.85)}
   assert recipes.sgd_curve(str(sgd)) == [(1000 * 128 / 50000, 0.5),
                                          (50000 * 128 / 50000, 0.83)]
   assert out.stat().st_size > 10000

@@ -27,7 +27,8 @@ batch that fits, where it would not fit. The estimate, in bytes:
   activations are held at once, not all eight. Which towers' ops run side
   by side is the executor's choice: measured, four towers of 512 on 2
   cores held 1.6 to 2.0 towers' activations, and once 2.9 (AVX2, in CI
-  beside another test), where this estimate fell 18% under the peak.
+  beside another test), where this estimate fell 18% under the peak;
+  two towers of 1,024 once held 1.49 (CI), where it stood 20% over.
 
 What the process may take is the memory available (MemAvailable), or less
 where a memory cgroup limits it (containers, Colab, Kubernetes): its limit

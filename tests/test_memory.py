@@ -84,7 +84,14 @@ def test_estimate_is_the_measured_peak(real_data_dir, tmp_path, script, batch,
   # 2.230 in four; bfloat16's first step alone peaks 9% lower); bfloat16
   # at 1,024, since it runs about 10x slower than float32 on a CPU
   # without bfloat16 units (AVX2: 4 steps of 2,048 took 275 s in CI).
-  assert 0.9 * peak < estimate < 1.2 * peak, (estimate, peak)
+  # With towers, the estimate counts one tower's activations alive per
+  # core, but which towers' ops run side by side is the executor's
+  # choice: two towers of 1,024 on 2 cores once held 1.49 towers' worth
+  # (CI: the estimate 20.1% over the peak). So over, by 20% more than
+  # the towers beyond the first that may not be held at once.
+  one = batch * memory.activation_elements(cifar10) * memory.ACTIVATION_BYTES
+  unsure = (memory.towers_alive(towers) - 1) * one
+  assert 0.9 * peak < estimate < 1.2 * peak + unsure, (estimate, peak, one)
 
 
 def test_towers_beyond_the_cores_hold_more_than_one_and_fewer_than_all(

@@ -60,6 +60,8 @@ NUM_EPOCHS_PER_DECAY = 350.0      # Epochs between learning-rate decays.
 LEARNING_RATE_DECAY_FACTOR = 0.1  # What each decay multiplies it by.
 # The tutorial's INITIAL_LEARNING_RATE, 0.1, is the default of the recipe's
 # --initial_learning_rate (machinery/recipe.py).
+# Weight decay of local3's and local4's weights (--fc_weight_decay): 0.004.
+FC_WEIGHT_DECAY = recipes.TUTORIAL_FC_WEIGHT_DECAY
 
 # The multi-GPU trainer builds tower i in the name scope 'tower_i', so that
 # each tower's ops have names of their own; summary tags leave it out.
@@ -178,23 +180,26 @@ def _max_pool(x, name, data_format):
 
 
 def inference(images, opts=options.DEFAULT, conv_weight_decay=None,
-              dropout=None):
+              dropout=None, fc_weight_decay=FC_WEIGHT_DECAY):
   """Builds the CIFAR-10 model on images (from distorted_inputs() or
   inputs(), NHWC, in opts' dtype), as opts says (precision, layout, XLA),
   the convolutions' kernels decayed by conv_weight_decay and a share
   dropout of local3's and local4's outputs dropped (None: neither, as the
-  tutorial's; only a trainer's model drops); returns the logits,
+  tutorial's; only a trainer's model drops), local3's and local4's
+  weights decayed by fc_weight_decay (0: not); returns the logits,
   [batch_size, NUM_CLASSES]."""
   with opts.compiled():  # With --xla, the model and its gradients go to XLA.
     return _layers(images, opts.data_format(), opts.compute_dtype(),
-                   conv_weight_decay or None, dropout or None)
+                   conv_weight_decay or None, dropout or None,
+                   fc_weight_decay or None)
 
 
-def _layers(images, fmt, dtype, conv_wd, dropout):
+def _layers(images, fmt, dtype, conv_wd, dropout, fc_wd):
   """Builds the model's layers on images in layout fmt (NHWC or NCHW, for
   the device it runs on), computing in dtype, the convolutions' kernels
-  decayed by conv_wd, a share dropout of the fully connected layers'
-  outputs dropped (None: not); returns the logits."""
+  decayed by conv_wd and the fully connected layers' weights by fc_wd, a
+  share dropout of their outputs dropped (None: not); returns the
+  logits."""
   # Every variable is made by tf.get_variable(), never tf.Variable(): in a
   # reusing variable scope it finds the variable of that name instead of
   # making a new one, so every tower of the multi-GPU trainer that builds
@@ -220,8 +225,8 @@ def _layers(images, fmt, dtype, conv_wd, dropout):
     pool2 = tf.transpose(pool2, [0, 2, 3, 1])
 
   # local3, local4 (with --dropout, each drops a share of its outputs)
-  local3 = _local('local3', pool2, 384, dtype, dropout)
-  local4 = _local('local4', local3, 192, dtype, dropout)
+  local3 = _local('local3', pool2, 384, dtype, fc_wd, dropout)
+  local4 = _local('local4', local3, 192, dtype, fc_wd, dropout)
 
   # softmax_linear: the logits, W x + b, with no softmax: the loss takes
   # them as they are (sparse_softmax_cross_entropy_with_logits applies the
@@ -256,11 +261,12 @@ def _conv(name, x, channels, bias, wd, fmt, dtype):
   return output
 
 
-def _local(name, x, units, dtype, dropout=None):
+def _local(name, x, units, dtype, wd, dropout=None):
   """Builds the fully connected layer name on x: units ReLUs, their
-  weights decayed by 0.004, their biases from 0.1; returns its output,
-  with a share dropout of it zeroed at random and the rest scaled by
-  1 / (1 - dropout), which keeps its expected sum (None: all of it)."""
+  weights decayed by wd (the tutorial's 0.004; None: not), their biases
+  from 0.1; returns its output, with a share dropout of it zeroed at
+  random and the rest scaled by 1 / (1 - dropout), which keeps its
+  expected sum (None: all of it)."""
   with tf1.variable_scope(name) as scope:
     if x.shape.ndims > 2:
       # Each image's 6x6x64 activations as one row of 2304, so that one
@@ -268,7 +274,7 @@ def _local(name, x, units, dtype, dropout=None):
       x = tf.reshape(x, [-1, int(np.prod(x.get_shape()[1:]))])
     weights = _variable_with_weight_decay('weights',
                                           shape=[int(x.shape[1]), units],
-                                          stddev=0.04, wd=0.004, dtype=dtype)
+                                          stddev=0.04, wd=wd, dtype=dtype)
     biases = _variable_on_cpu('biases', [units],
                               tf1.constant_initializer(0.1), dtype)
     output = tf.nn.relu(tf.matmul(x, weights) + biases, name=scope.name)

@@ -89,7 +89,7 @@ def tower_loss(scope, images, labels, recipe=recipes.TUTORIAL,
   """
   # The whole model, on this tower's images.
   logits = cifar10.inference(images, opts, recipe.conv_weight_decay,
-                             recipe.dropout)
+                             recipe.dropout, recipe.fc_weight_decay)
 
   # Its loss: cross entropy plus weight decay, the terms this tower made
   # (in its name scope).

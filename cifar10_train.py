@@ -63,7 +63,7 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
   with tf.device(devices[0]):
     # The model's logits for the batch.
     logits = cifar10.inference(images, opts, recipe.conv_weight_decay,
-                               recipe.dropout)
+                               recipe.dropout, recipe.fc_weight_decay)
 
     # Its loss: cross entropy plus weight decay.
     loss = cifar10.loss(logits, labels, recipe.label_smoothing)

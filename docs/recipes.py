@@ -107,6 +107,8 @@ def label(recipe, towers):
       ('dropout', 'dropout'), ('cutout', 'cutout'),
       ('moving_average_decay', 'averages'))
                         if flag in given and float(given[flag]))
+  if 'fc_weight_decay' in given:  # The tutorial's is 0.004: 0 is news too.
+    regularized += ', fc decay %s' % given['fc_weight_decay']
   return '%s, %s %s ep, %speak %g%s' % (
       name, given.get('lr_schedule', 'tutorial'), given.get('train_epochs', '-'),
       'warm-up %s, ' % warmup if warmup and float(warmup) else '', peak,

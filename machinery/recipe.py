@@ -16,6 +16,8 @@ batches (many towers) need:
                                   rate over the first E epochs
   --conv_weight_decay=W           weight decay on the convolutions too
                                   (the tutorial decays local3 and local4)
+  --fc_weight_decay=W             local3's and local4's weight decay
+                                  (the tutorial's: 0.004)
   --label_smoothing=S             1 - S on each label, S spread over all
                                   ten classes
   --dropout=R                     drop a share R of local3's and local4's
@@ -62,6 +64,8 @@ TUTORIAL_BATCH_SIZE = 128  # The examples of a step it was set for.
 # step 31,250 and the full 10,000 from step 90,000 on.
 TUTORIAL_MOVING_AVERAGE_DECAY = 0.9999
 DEFAULT_MOMENTUM = 0.9
+# The weight decay of the fully connected layers, local3 and local4.
+TUTORIAL_FC_WEIGHT_DECAY = 0.004
 # LARS's trust coefficient, eta, as You et al. (2017) trained with it.
 DEFAULT_TRUST_COEFFICIENT = 0.001
 
@@ -102,6 +106,10 @@ flags.DEFINE_float('conv_weight_decay', 0.0,
                    'Weight decay of the convolutions\' kernels, as local3 '
                    'and local4 have theirs (0.004): the loss adds this '
                    'times half their squared norm. 0: none (the tutorial).')
+flags.DEFINE_float('fc_weight_decay', TUTORIAL_FC_WEIGHT_DECAY,
+                   'Weight decay of the fully connected layers\' weights '
+                   '(local3 and local4, 90% of the model\'s weights): the '
+                   'loss adds this times half their squared norm. 0: none.')
 flags.DEFINE_float('moving_average_decay', TUTORIAL_MOVING_AVERAGE_DECAY,
                    'Decay of the moving averages of the weights, which '
                    'cifar10_eval.py evaluates: they average about the last '
@@ -130,7 +138,7 @@ class Recipe(collections.namedtuple('Recipe', [
     'initial_learning_rate', 'learning_rate_scaling', 'warmup_epochs',
     'lr_schedule', 'train_epochs', 'optimizer', 'momentum', 'nesterov',
     'trust_coefficient', 'conv_weight_decay', 'label_smoothing',
-    'moving_average_decay', 'dropout', 'cutout'])):
+    'moving_average_decay', 'dropout', 'cutout', 'fc_weight_decay'])):
   """How the model trains: each field one of the flags above. The defaults
   are the tutorial's (TUTORIAL)."""
 
@@ -167,7 +175,7 @@ TUTORIAL = Recipe(
     optimizer='sgd', momentum=DEFAULT_MOMENTUM, nesterov=False,
     trust_coefficient=DEFAULT_TRUST_COEFFICIENT, conv_weight_decay=0.0,
     label_smoothing=0.0, moving_average_decay=TUTORIAL_MOVING_AVERAGE_DECAY,
-    dropout=0.0, cutout=0)
+    dropout=0.0, cutout=0, fc_weight_decay=TUTORIAL_FC_WEIGHT_DECAY)
 
 
 def check(recipe):
@@ -196,6 +204,10 @@ def check(recipe):
     raise errors.UsageError('--conv_weight_decay=%g: give a factor from 0 '
                             '(none) up to, not including, 1.'
                             % recipe.conv_weight_decay)
+  if not 0 <= recipe.fc_weight_decay < 1:
+    raise errors.UsageError('--fc_weight_decay=%g: give a factor from 0 '
+                            '(none) up to, not including, 1.'
+                            % recipe.fc_weight_decay)
   if not 0 < recipe.moving_average_decay < 1:
     raise errors.UsageError('--moving_average_decay=%g: give a decay above 0 '
                             'and below 1.' % recipe.moving_average_decay)
@@ -224,7 +236,8 @@ def from_flags():
       conv_weight_decay=FLAGS.conv_weight_decay,
       label_smoothing=FLAGS.label_smoothing,
       moving_average_decay=FLAGS.moving_average_decay,
-      dropout=FLAGS.dropout, cutout=FLAGS.cutout))
+      dropout=FLAGS.dropout, cutout=FLAGS.cutout,
+      fc_weight_decay=FLAGS.fc_weight_decay))
 
 
 def decay_to_zero(step, examples_per_step, recipe):

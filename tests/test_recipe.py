@@ -169,6 +169,9 @@ def test_tutorial_schedule_with_a_budget_keeps_its_staircase():
     (dict(trust_coefficient=0.0), '--lars_trust_coefficient=0: give'),
     (dict(conv_weight_decay=-0.001), '--conv_weight_decay=-0.001: give a '
      'factor from 0'),
+    (dict(fc_weight_decay=-0.004), '--fc_weight_decay=-0.004: give a '
+     'factor from 0'),
+    (dict(fc_weight_decay=1.0), '--fc_weight_decay=1: give a factor from 0'),
     (dict(label_smoothing=1.0), '--label_smoothing=1: give a share from 0'),
     (dict(label_smoothing=-0.1), '--label_smoothing=-0.1: give a share'),
     (dict(dropout=1.0), '--dropout=1: give a share from 0'),
@@ -310,15 +313,19 @@ def _numpy_loss(logits, labels, smoothing, kernels, conv_wd, dense, dense_wd):
   return cross_entropy + decay(kernels, conv_wd) + decay(dense, dense_wd)
 
 
-@pytest.mark.parametrize('conv_wd, smoothing', [(0.0, 0.0), (0.01, 0.0),
-                                                 (0.0, 0.2), (0.01, 0.2)])
-def test_the_loss_decays_the_convolutions_and_smooths_the_labels(conv_wd,
-                                                                 smoothing):
+@pytest.mark.parametrize('conv_wd, fc_wd, smoothing', [
+    (0.0, None, 0.0), (0.01, None, 0.0), (0.0, None, 0.2), (0.01, None, 0.2),
+    (0.0, 0.0, 0.0), (0.01, 0.001, 0.2)])
+def test_the_loss_decays_the_layers_and_smooths_the_labels(conv_wd, fc_wd,
+                                                           smoothing):
   rng = np.random.RandomState(0)
   images = rng.normal(size=(BATCH, 24, 24, 3)).astype(np.float32)
   labels = rng.randint(0, 10, size=BATCH).astype(np.int32)
+  # None: the fully connected layers' decay untold, the tutorial's 0.004.
+  fc = {} if fc_wd is None else dict(fc_weight_decay=fc_wd)
   with tf.Graph().as_default():
-    logits = cifar10.inference(tf.constant(images), conv_weight_decay=conv_wd)
+    logits = cifar10.inference(tf.constant(images), conv_weight_decay=conv_wd,
+                               **fc)
     loss = cifar10.loss(logits, tf.constant(labels), smoothing)
     weights = {v.op.name: v for v in tf1.trainable_variables()}
     with tf1.Session() as sess:
@@ -327,7 +334,8 @@ def test_the_loss_decays_the_convolutions_and_smooths_the_labels(conv_wd,
   expected = _numpy_loss(
       logits_value, labels, smoothing,
       [values['conv%d/weights' % i] for i in (1, 2)], conv_wd,
-      [values['local%d/weights' % i] for i in (3, 4)], 0.004)
+      [values['local%d/weights' % i] for i in (3, 4)],
+      0.004 if fc_wd is None else fc_wd)
   assert got == pytest.approx(expected, rel=1e-5)
 
 
@@ -374,7 +382,8 @@ def test_every_trainer_takes_the_regularization(fake_data_dir, trainer,
   del examples_per_step
   graphs = [_trainer_graph(trainer, fake_data_dir),
             _trainer_graph(trainer, fake_data_dir, conv_weight_decay=0.01,
-                           label_smoothing=0.1, dropout=0.3)]
+                           label_smoothing=0.1, dropout=0.3,
+                           fc_weight_decay=0.0)]
   found = []
   for graph in graphs:
     totals = [op.outputs[0] for op in graph.get_operations()
@@ -385,11 +394,13 @@ def test_every_trainer_takes_the_regularization(fake_data_dir, trainer,
                    any(n.endswith('conv2/weight_loss') for n in names),
                    any('label_smoothing/' in n for n in names),
                    any('local3/dropout/' in n for n in names),
-                   any('local4/dropout/' in n for n in names))
+                   any('local4/dropout/' in n for n in names),
+                   # The tutorial's decay of local3, gone at 0.
+                   not any(n.endswith('local3/weight_loss') for n in names))
                   for names in ancestors])
   tutorial, regularized = found
-  assert set(tutorial) == {(False,) * 5}  # Nothing changes.
-  assert set(regularized) == {(True,) * 5}  # In every tower.
+  assert set(tutorial) == {(False,) * 6}  # Nothing changes.
+  assert set(regularized) == {(True,) * 6}  # In every tower.
 
 
 def _decays(graph):

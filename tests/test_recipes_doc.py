@@ -51,6 +51,11 @@ def test_label_names_optimizer_schedule_budget_and_the_scaled_peak():
   assert recipes.label('--optimizer=momentum --lr_schedule=linear '
                        '--train_epochs=8 --cutout=12', 1) == (
                            'momentum, linear 8 ep, peak 0.1, cutout 12')
+  # The fully connected layers' decay is the tutorial's 0.004 untold, so
+  # 0 is named too.
+  assert recipes.label('--optimizer=momentum --lr_schedule=linear '
+                       '--train_epochs=8 --fc_weight_decay=0', 1) == (
+                           'momentum, linear 8 ep, peak 0.1, fc decay 0')
 
 
 def _write(path, rows):

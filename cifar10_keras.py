@@ -35,8 +35,8 @@ import tensorflow as tf
 
 layers = tf.keras.layers
 
-# cifar10.py's weight decay of the two fully connected layers.
-WEIGHT_DECAY = 0.004
+# cifar10.py's weight decay of the two fully connected layers (0.004).
+WEIGHT_DECAY = cifar10.FC_WEIGHT_DECAY
 
 
 def _normal(stddev):

@@ -200,14 +200,11 @@ def check(recipe):
   if recipe.trust_coefficient <= 0:
     raise errors.UsageError('--lars_trust_coefficient=%g: give a number '
                             'above 0.' % recipe.trust_coefficient)
-  if not 0 <= recipe.conv_weight_decay < 1:
-    raise errors.UsageError('--conv_weight_decay=%g: give a factor from 0 '
-                            '(none) up to, not including, 1.'
-                            % recipe.conv_weight_decay)
-  if not 0 <= recipe.fc_weight_decay < 1:
-    raise errors.UsageError('--fc_weight_decay=%g: give a factor from 0 '
-                            '(none) up to, not including, 1.'
-                            % recipe.fc_weight_decay)
+  for decay in ('conv_weight_decay', 'fc_weight_decay'):
+    if not 0 <= getattr(recipe, decay) < 1:
+      raise errors.UsageError('--%s=%g: give a factor from 0 (none) up to, '
+                              'not including, 1.'
+                              % (decay, getattr(recipe, decay)))
   if not 0 < recipe.moving_average_decay < 1:
     raise errors.UsageError('--moving_average_decay=%g: give a decay above 0 '
                             'and below 1.' % recipe.moving_average_decay)

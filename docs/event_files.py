@@ -36,3 +36,19 @@ def scalars(directory, tags):
     except tf.errors.DataLossError:
       pass  # A run is writing the last record: read up to it.
   return found
+
+
+def start_times(directory):
+  """Returns the sorted wall times (seconds since the epoch) at which each
+  event file in directory was begun: its first record's. A trainer begins
+  one each time it starts, so they are the starts of a resumed run's parts."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  starts = []
+  for path in glob.glob(os.path.join(directory, 'events.out.tfevents.*')):
+    try:
+      for event in tf.compat.v1.train.summary_iterator(path):
+        starts.append(event.wall_time)
+        break
+    except tf.errors.DataLossError:
+      pass  # Its first record half written: a trainer starting now.
+  return sorted(starts)

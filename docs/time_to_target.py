@@ -203,22 +203,34 @@ def new_rows(args, found, written, times, clock):
   return rows
 
 
-def run_clock(curve, earlier, start):
+def run_clock(curve, earlier, start, part_starts=()):
   """Returns clock(t): the seconds the run has trained when a checkpoint is
   written at time t, counted from the run's first start. earlier: {step:
   write time} of the checkpoints already in its train_dir at this
-  command's start. Resumed, the clock goes on from the last row with a
-  wall_s and its checkpoint's time, and leaves out the time the run stood
-  stopped (from its newest checkpoint to this command's start); clock(t)
-  is None when that row or its checkpoint is gone."""
+  command's start; part_starts: the times earlier commands' trainers
+  started (event_files.start_times of the train_dir). Resumed, the clock
+  goes on from the last row with a wall_s and its checkpoint's time, and
+  leaves out each time the run stood stopped: from the newest checkpoint
+  before a start to that start (an earlier command killed before its last
+  checkpoints were evaluated left a stop between them and that row).
+  clock(t) is None when that row or its checkpoint is gone."""
   if not earlier:
     return lambda t: t - start
   timed = [r for r in curve if r['wall_s'] and int(r['step']) in earlier]
   if not timed:
     return lambda t: None
-  began = earlier[int(timed[-1]['step'])] - float(timed[-1]['wall_s'])
-  stopped = max(earlier.values())
-  return lambda t: t - began if t <= stopped else stopped - began + t - start
+  since = earlier[int(timed[-1]['step'])]
+  trained = float(timed[-1]['wall_s'])
+  # Each start after the anchor's: the run stood stopped from the newest
+  # checkpoint before it (or the start before it, if that part wrote none).
+  stops, before = [], since
+  for begun in sorted(set(part_starts) | {start}):
+    if since < begun <= start:
+      stopped = max([before] + [w for w in earlier.values() if w < begun])
+      stops.append((stopped, begun))
+      before = begun
+  return lambda t: trained + t - since - sum(
+      begun - stopped for stopped, begun in stops if begun <= t)
 
 
 def row(args, step, precision, wall):
@@ -284,8 +296,9 @@ def run(args):
     return done
   trainer_cmd, evaluator_cmd = commands(args)
   start = time.time()
-  clock = run_clock(curve, checkpoint_times(
-      os.path.join(args.out_dir, 'train'), {}), start)
+  train_dir = os.path.join(args.out_dir, 'train')
+  clock = run_clock(curve, checkpoint_times(train_dir, {}), start,
+                    event_files.start_times(train_dir))
   # Each child its own log, so an Error line names whose it is.
   log = open(os.path.join(args.out_dir, 'log'), 'a')
   eval_log = open(os.path.join(args.out_dir, 'eval_log'), 'a')

@@ -105,12 +105,18 @@ def towers_alive(towers):
       os, 'sched_getaffinity') else os.cpu_count() or 1)
 
 
+def tower_bytes(per_example, batch_size):
+  """Returns the bytes of one tower's activations for a batch: per_example
+  (activation_elements) floats an image."""
+  return batch_size * per_example * ACTIVATION_BYTES
+
+
 def step_bytes(model, per_example, batch_size, towers):
   """Returns the bytes a step adds to the process: runtime, the input's
   buffers (model.buffered_bytes) and the activations of the towers alive
   at once."""
   return (RUNTIME_BYTES + model.buffered_bytes(batch_size, towers) +
-          towers_alive(towers) * batch_size * per_example * ACTIVATION_BYTES)
+          towers_alive(towers) * tower_bytes(per_example, batch_size))
 
 
 def resident_bytes():

@@ -66,12 +66,6 @@ def _measured_step(data_dir, train_dir, script, batch, towers, flags=()):
   return estimate, peak
 
 
-def _tower_bytes(batch):
-  """Returns the bytes of one tower's activations at batch, as the
-  estimate counts them."""
-  return batch * memory.activation_elements(cifar10) * memory.ACTIVATION_BYTES
-
-
 @pytest.mark.parametrize('script, batch, towers, flags', [
     ('cifar10_train.py', 512, 1, []), ('cifar10_train.py', 2048, 1, []),
     ('cifar10_train.py', 1024, 1, ['--use_bf16']),
@@ -95,7 +89,7 @@ def test_estimate_is_the_measured_peak(real_data_dir, tmp_path, script, batch,
   # choice: two towers of 1,024 on 2 cores once held 1.49 towers' worth
   # (CI: the estimate 20.1% over the peak). So over, by 20% more than
   # the towers beyond the first that may not be held at once.
-  one = _tower_bytes(batch)
+  one = memory.tower_bytes(memory.activation_elements(cifar10), batch)
   unsure = (memory.towers_alive(towers) - 1) * one
   assert 0.9 * peak < estimate < 1.2 * peak + unsure, (estimate, peak, one)
 
@@ -110,7 +104,7 @@ def test_towers_beyond_the_cores_hold_more_than_one_and_fewer_than_all(
                                   'cifar10_multi_gpu_train.py', batch, towers)
   # How many towers' activations the peak held: the estimate counts
   # `alive` of them, one per core; each tower's are `one` bytes.
-  one = _tower_bytes(batch)
+  one = memory.tower_bytes(memory.activation_elements(cifar10), batch)
   held = alive + (peak - estimate) / one
   # Which towers' ops run side by side is the executor's choice, so this
   # moves by a tower from run to run, more than the band above allows: on

@@ -153,6 +153,37 @@ def test_a_resumed_run_keeps_its_clock_without_the_time_it_stood_stopped():
       5060.0) is None
 
 
+def test_a_run_killed_twice_leaves_both_stops_out_of_its_clock(tmp_path):
+  # Evaluated to step 195 (1200); stopped at 1230 (step 225); a second
+  # command's trainer started at 3000, wrote step 293 at 3060 and was
+  # killed before it was evaluated; a third started at 4000 and died
+  # before any checkpoint; this command starts at 5000.
+  curve = _curve((1, 0.40), wall='100') + _curve((2, 0.55), wall='200')
+  earlier = {98: 1100.0, 195: 1200.0, 225: 1230.0, 293: 3060.0}
+  train_dir = str(tmp_path)
+  for name, began in (('a', 1000.5), ('b', 3000.0), ('c', 4000.0)):
+    _event_file(os.path.join(train_dir, 'events.out.tfevents.' + name),
+                began, began + 30)
+  starts = time_to_target.event_files.start_times(train_dir)
+  assert starts == [1000.5, 3000.0, 4000.0]  # First records, not the last.
+  clock = time_to_target.run_clock(curve, earlier, 5000.0, starts)
+  # 230 s before the first stop, 60 s in the second part, 60 s in this.
+  assert [clock(earlier[225]), clock(earlier[293]), clock(5060.0)] == [
+      230.0, 290.0, 350.0]
+  # Without the starts, the second part's stop (1230 to 3000) is counted.
+  assert time_to_target.run_clock(curve, earlier, 5000.0)(3060.0) == 2060.0
+
+
+def _event_file(path, *wall_times):
+  """Writes an event file of records stamped wall_times."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  with tf.io.TFRecordWriter(path) as writer:
+    for wall_time in wall_times:
+      writer.write(tf.compat.v1.Event(
+          wall_time=wall_time, file_version='brain.Event:2')
+                   .SerializeToString())
+
+
 def test_outcome_at_max_epochs_give_up_and_divergence(tmp_path):
   args = _args('--towers=4')
   assert time_to_target.outcome(args, _curve((60, 0.786), (100, 0.781))) == (

@@ -50,5 +50,5 @@ def start_times(directory):
         starts.append(event.wall_time)
         break
     except tf.errors.DataLossError:
-      pass  # Its first record half written: a trainer starting now.
+      pass  # Its first record torn (a trainer killed as it began it).
   return sorted(starts)

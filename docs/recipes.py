@@ -5,7 +5,9 @@ curve.csv lines put together, with the `recipe` column: the trainer's
 flags) and prints, per number of towers and recipe, the steps, examples
 and epochs to --target (80% unless given; min..max over the seeds) and
 each run's best precision within its budget. With --targets, it prints the
-steps to each of several targets instead, and S(B) fitted at each. It fits the empirical model of large-batch
+steps to each of several targets instead, and S(B) fitted at each; with
+--out too, it draws them, and B_crit against the target beside the noise
+scale given by --b_simple. It fits the empirical model of large-batch
 training (McCandlish et al. 2018), steps to the target
 
   S(B) = S_min (1 + B_crit / B)
@@ -29,6 +31,9 @@ Usage (matplotlib comes with requirements-dev.txt):
   python docs/recipes.py --curves=docs/recipes_to_83.csv --target=0.83
   python docs/recipes.py --curves=docs/recipes_to_80.csv \\
       --curves=docs/recipes_to_83.csv --targets=0.78,0.8,0.82,0.83
+  python docs/recipes.py --curves=docs/recipes_held_out_float32.csv \\
+      --targets=0.78,0.8,0.82,0.83 --b_simple=0.83=1092 ... \\
+      --out=docs/batch_near_the_top.png
   python docs/recipes.py --curves=docs/recipes_to_80.csv \\
       --curves=docs/recipes_to_83.csv --sgd=docs/time_to_80.csv \\
       --cpu_sgd=docs/time_to_80_cpu.csv \\
@@ -295,6 +300,17 @@ def first_step_at(path, target):
   return next((s for s, p in read_steps(path) if p >= target), None)
 
 
+def log_y(axes):
+  """Puts axes' y on a log scale ticked at 1, 2 and 5 times the powers of
+  ten, written out in full (2,000, not 2 x 10^3)."""
+  axes.set_yscale('log')
+  axes.yaxis.set_major_locator(matplotlib.ticker.LogLocator(
+      subs=(1.0, 2.0, 5.0)))
+  axes.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+      lambda y, _: '{:,g}'.format(y)))
+  axes.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
   """Draws the answer: the recipes' steps to each target against the
   number of towers (min..max over the seeds that reached it, hollow where
@@ -344,12 +360,7 @@ def plot_answer(runs, sgd, out, targets=ANSWER_TARGETS):
     axes.set_xscale('log', base=2)
     axes.set_xticks(towers_all)
     axes.set_xticklabels([str(t) for t in towers_all])
-    axes.set_yscale('log')
-    axes.yaxis.set_major_locator(matplotlib.ticker.LogLocator(
-        subs=(1.0, 2.0, 5.0)))
-    axes.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
-        lambda y, _: '{:,g}'.format(y)))
-    axes.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    log_y(axes)
     axes.grid(alpha=0.3, which='both')
     axes.legend(fontsize=7)
   left.set_xlabel('towers of 128 (measured: virtual devices on CPUs)')
@@ -465,6 +476,65 @@ def print_targets(runs, targets):
         100 * target, s_min, b_crit, ', '.join(str(t) for t in sorted(best))))
 
 
+def plot_targets(runs, targets, b_simple, out):
+  """Draws what the batch costs near the top: left, each number of
+  towers' fewest steps to each target against the batch with S(B) fitted
+  at that target; right, the fitted B_crit against the target beside the
+  gradient noise scale B_simple measured at it (b_simple: {target: [examples]},
+  from docs/noise_scale.py). Returns {target: (S_min, B_crit)} where two
+  or more numbers of towers reached the target."""
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.3))
+  batches = [BATCH * n for n in (1, 2, 4, 8)]
+  line = [batches[0] * 2 ** (i / 20.0) for i in range(61)]
+  colors = itertools.cycle(('tab:blue', 'tab:green', 'tab:orange', 'tab:red'))
+  fits = {}
+  for target, color in zip(targets, colors):
+    points = sorted((BATCH * t, s) for t, (s, _) in best_steps(
+        runs, target).items())
+    if len(points) < 2:
+      continue
+    s_min, b_crit = fits[target] = fit(points)
+    left.plot([b for b, _ in points], [s for _, s in points], 'o',
+              color=color)
+    left.plot(line, [s_min * (1 + b_crit / b) for b in line], '-',
+              color=color, label='%g%%: B_crit {:,.0f}'.format(b_crit) % (
+                  100 * target))
+  left.set_xscale('log', base=2)
+  left.set_xticks(batches)
+  left.set_xticklabels(['%d\n(%d)' % (b, b // BATCH) for b in batches])
+  left.set_xlabel('examples a step (towers)')
+  left.set_ylabel('steps to the target (precision @ 1)')
+  left.set_title('Steps: S(B) = S_min (1 + B_crit / B), fitted', fontsize=10)
+  shown = sorted(fits)
+  right.plot([100 * t for t in shown], [fits[t][1] for t in shown], 'o-',
+             color='tab:red', label='B_crit, fitted through the towers')
+  measured = [(100 * t, b) for t in sorted(b_simple) for b in b_simple[t]]
+  right.plot([t for t, _ in measured], [b for _, b in measured], 'x',
+             color='tab:blue', ms=8, label='B_simple, measured at the crossing')
+  right.set_xlabel('target: precision @ 1 (%)')
+  right.set_ylabel('examples')
+  right.set_title('The critical batch and the noise scale', fontsize=10)
+  for axes in (left, right):
+    log_y(axes)
+    axes.grid(alpha=0.3, which='both')
+    axes.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out, dpi=110)
+  return fits
+
+
+def b_simple_arg(text):
+  """Parses --b_simple=TARGET=EXAMPLES (e.g. 0.83=1092); returns
+  (target, examples)."""
+  target, _, examples = text.partition('=')
+  try:
+    return float(target), float(examples)
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        '%r: give TARGET=EXAMPLES, e.g. 0.83=1092 (docs/noise_scale.py '
+        'prints B_simple at each crossing)' % text)
+
+
 def read_all(paths):
   """Returns read_recipes() of every CSV in paths, put together."""
   runs = {}
@@ -489,6 +559,10 @@ def main():
                  help="the tutorial's long one-tower run, step,precision")
   p.add_argument('--ceiling', default=None,
                  help="draws the ceiling's runs against epochs here")
+  p.add_argument('--b_simple', action='append', default=[],
+                 type=b_simple_arg,
+                 help='with --targets and --out: a noise scale measured at '
+                 'a target, TARGET=EXAMPLES (repeat it)')
   args = p.parse_args()
   if args.collect is not None:
     collect(args.collect, args.curves[0])
@@ -517,7 +591,13 @@ def main():
                   reached.items()))))
     return
   if args.targets:
-    print_targets(runs, [float(t) for t in args.targets.split(',')])
+    targets = [float(t) for t in args.targets.split(',')]
+    print_targets(runs, targets)
+    if args.out:
+      b_simple = collections.defaultdict(list)
+      for target, examples in args.b_simple:
+        b_simple[target].append(examples)
+      plot_targets(runs, targets, b_simple, args.out)
     return
   print_recipes(runs, args.target)
   best = best_steps(runs, args.target)

@@ -228,3 +228,33 @@ def test_ceiling_draws_each_run_to_its_end_and_the_sgd_in_epochs(tmp_path):
   assert recipes.sgd_curve(str(sgd)) == [(1000 * 128 / 50000, 0.5),
                                          (50000 * 128 / 50000, 0.83)]
   assert out.stat().st_size > 10000
+
+
+def test_targets_picture_fits_each_target_through_every_tower_count(
+    tmp_path):
+  # Each number of towers reaches 0.80 and 0.83 on S(B) curves exactly;
+  # eight towers never reach 0.84, one tower alone does: no fit there.
+  curves = {0.80: (700.0, 1300.0), 0.83: (1000.0, 2000.0)}
+  rows = []
+  for towers in (1, 2, 4, 8):
+    for target, (s_min, b_crit) in sorted(curves.items()):
+      step = int(round(s_min * (1 + b_crit / (128.0 * towers))))
+      rows.append(dict(_row(step, target), towers=towers,
+                       examples=step * 128 * towers))
+  rows.append(dict(_row(90000, 0.84), towers=1, examples=90000 * 128))
+  _write(tmp_path / 'all.csv', rows)
+  out = tmp_path / 'near_the_top.png'
+  fits = recipes.plot_targets(
+      recipes.read_recipes(str(tmp_path / 'all.csv')), [0.80, 0.83, 0.84],
+      {0.83: [1092.0, 1846.0]}, str(out))
+  assert sorted(fits) == [0.80, 0.83]
+  for target, (s_min, b_crit) in curves.items():
+    assert fits[target] == (pytest.approx(s_min, rel=0.01),
+                            pytest.approx(b_crit, rel=0.01))
+  assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+def test_b_simple_takes_target_equals_examples():
+  assert recipes.b_simple_arg('0.83=1092') == (0.83, 1092.0)
+  with pytest.raises(recipes.argparse.ArgumentTypeError, match='TARGET='):
+    recipes.b_simple_arg('0.83')

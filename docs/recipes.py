@@ -64,6 +64,8 @@ CEILING_GOAL = 0.85  # #66's goal for one tower within 256 epochs.
 CEILING_COLORS = ('tab:blue', 'tab:cyan', 'tab:red', 'tab:orange', 'tab:green',
                   'tab:purple', 'tab:brown', 'tab:olive')
 SEED_STYLES = ('-', '--')
+# The batches an S(B) curve is drawn over: one tower's 128 to eight towers' 1,024.
+FIT_LINE = [BATCH * 2 ** (i / 20.0) for i in range(61)]
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s', 'recipe']
 
@@ -225,14 +227,13 @@ def plot(sgd, recipe, out, target=TARGET):
   fits = {}
   fig, axes = plt.subplots(figsize=(7.5, 4.8))
   batches = [BATCH * n for n in (1, 2, 4, 8)]
-  line = [b * 2 ** (i / 20.0) for b in batches[:1] for i in range(61)]
   for name, steps, color in (("the tutorial's SGD", sgd, 'tab:blue'),
                              ('the recipes', recipe, 'tab:red')):
     points = sorted((BATCH * towers, s) for towers, s in steps.items())
     s_min, b_crit = fits[name] = fit(points)
     axes.plot([b for b, _ in points], [s for _, s in points], 'o',
               color=color)
-    axes.plot(line, [s_min * (1 + b_crit / b) for b in line], '-',
+    axes.plot(FIT_LINE, [s_min * (1 + b_crit / b) for b in FIT_LINE], '-',
               color=color, label='%s: S_min %.0f steps, B_crit %.0f '
               'examples' % (name, s_min, b_crit))
   for steps, text, color, height in (
@@ -447,6 +448,13 @@ def print_minutes(recipes, sgd, target=TARGET):
           for ms in plot_scaling.TOWER_MS for gb_s, _, replicated in links)))
 
 
+def target_points(runs, target):
+  """Returns [(batch, steps)], each number of towers' fewest mean steps to
+  target (best_steps()), by batch: the points S(B) is fitted to."""
+  return sorted((BATCH * t, s) for t, (s, _) in best_steps(
+      runs, target).items())
+
+
 def print_targets(runs, targets):
   """Prints, per (towers, recipe), the mean steps (and millions of
   examples) to each target where every seed reached it; then, at each
@@ -466,37 +474,36 @@ def print_targets(runs, targets):
         100 * best))
   print()
   for target in targets:
-    best = best_steps(runs, target)
-    if len(best) < 2:
+    points = target_points(runs, target)
+    towers = ', '.join(str(b // BATCH) for b, _ in points)
+    if len(points) < 2:
       print('%g%%: reached by %s tower(s) only: no fit' % (
-          100 * target, ', '.join(str(t) for t in sorted(best)) or 'no'))
+          100 * target, towers or 'no'))
       continue
-    s_min, b_crit = fit(sorted((BATCH * t, s) for t, (s, _) in best.items()))
+    s_min, b_crit = fit(points)
     print('%g%%: S_min %.0f steps, B_crit %.0f examples (towers %s)' % (
-        100 * target, s_min, b_crit, ', '.join(str(t) for t in sorted(best))))
+        100 * target, s_min, b_crit, towers))
 
 
 def plot_targets(runs, targets, b_simple, out):
   """Draws what the batch costs near the top: left, each number of
   towers' fewest steps to each target against the batch with S(B) fitted
   at that target; right, the fitted B_crit against the target beside the
-  gradient noise scale B_simple measured at it (b_simple: {target: [examples]},
-  from docs/noise_scale.py). Returns {target: (S_min, B_crit)} where two
+  gradient noise scale B_simple measured at it (b_simple: [(target,
+  examples)], from docs/noise_scale.py). Returns {target: (S_min, B_crit)} where two
   or more numbers of towers reached the target."""
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.3))
   batches = [BATCH * n for n in (1, 2, 4, 8)]
-  line = [batches[0] * 2 ** (i / 20.0) for i in range(61)]
   colors = itertools.cycle(('tab:blue', 'tab:green', 'tab:orange', 'tab:red'))
   fits = {}
   for target, color in zip(targets, colors):
-    points = sorted((BATCH * t, s) for t, (s, _) in best_steps(
-        runs, target).items())
+    points = target_points(runs, target)
     if len(points) < 2:
       continue
     s_min, b_crit = fits[target] = fit(points)
     left.plot([b for b, _ in points], [s for _, s in points], 'o',
               color=color)
-    left.plot(line, [s_min * (1 + b_crit / b) for b in line], '-',
+    left.plot(FIT_LINE, [s_min * (1 + b_crit / b) for b in FIT_LINE], '-',
               color=color, label='%g%%: B_crit {:,.0f}'.format(b_crit) % (
                   100 * target))
   left.set_xscale('log', base=2)
@@ -508,8 +515,7 @@ def plot_targets(runs, targets, b_simple, out):
   shown = sorted(fits)
   right.plot([100 * t for t in shown], [fits[t][1] for t in shown], 'o-',
              color='tab:red', label='B_crit, fitted through the towers')
-  measured = [(100 * t, b) for t in sorted(b_simple) for b in b_simple[t]]
-  right.plot([t for t, _ in measured], [b for _, b in measured], 'x',
+  right.plot([100 * t for t, _ in b_simple], [b for _, b in b_simple], 'x',
              color='tab:blue', ms=8, label='B_simple, measured at the crossing')
   right.set_xlabel('target: precision @ 1 (%)')
   right.set_ylabel('examples')
@@ -594,10 +600,7 @@ def main():
     targets = [float(t) for t in args.targets.split(',')]
     print_targets(runs, targets)
     if args.out:
-      b_simple = collections.defaultdict(list)
-      for target, examples in args.b_simple:
-        b_simple[target].append(examples)
-      plot_targets(runs, targets, b_simple, args.out)
+      plot_targets(runs, targets, args.b_simple, args.out)
     return
   print_recipes(runs, args.target)
   best = best_steps(runs, args.target)

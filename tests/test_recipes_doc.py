@@ -246,7 +246,7 @@ def test_targets_picture_fits_each_target_through_every_tower_count(
   out = tmp_path / 'near_the_top.png'
   fits = recipes.plot_targets(
       recipes.read_recipes(str(tmp_path / 'all.csv')), [0.80, 0.83, 0.84],
-      {0.83: [1092.0, 1846.0]}, str(out))
+      [(0.83, 1092.0), (0.83, 1846.0)], str(out))
   assert sorted(fits) == [0.80, 0.83]
   for target, (s_min, b_crit) in curves.items():
     assert fits[target] == (pytest.approx(s_min, rel=0.01),

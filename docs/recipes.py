@@ -7,7 +7,8 @@ and epochs to --target (80% unless given; min..max over the seeds) and
 each run's best precision within its budget. With --targets, it prints the
 steps to each of several targets instead, and S(B) fitted at each; with
 --out too, it draws them, and B_crit against the target beside the noise
-scale given by --b_simple. It fits the empirical model of large-batch
+scale given by --b_simple; --recipe_contains keeps one family of
+recipes (the runs whose recipe holds its text). It fits the empirical model of large-batch
 training (McCandlish et al. 2018), steps to the target
 
   S(B) = S_min (1 + B_crit / B)
@@ -33,6 +34,7 @@ Usage (matplotlib comes with requirements-dev.txt):
       --curves=docs/recipes_to_83.csv --targets=0.78,0.8,0.82,0.83
   python docs/recipes.py --curves=docs/recipes_held_out_float32.csv \\
       --targets=0.78,0.8,0.82,0.83 --b_simple=0.83=1092 ... \\
+      '--recipe_contains=--conv_weight_decay=0.0005 --fc_weight_decay=0.0005' \\
       --out=docs/batch_near_the_top.png
   python docs/recipes.py --curves=docs/recipes_to_80.csv \\
       --curves=docs/recipes_to_83.csv --sgd=docs/time_to_80.csv \\
@@ -47,6 +49,7 @@ import collections
 import csv
 import itertools
 import math
+import sys
 
 import matplotlib
 matplotlib.use('Agg')
@@ -541,12 +544,13 @@ def b_simple_arg(text):
         'prints B_simple at each crossing)' % text)
 
 
-def read_all(paths):
-  """Returns read_recipes() of every CSV in paths, put together."""
+def read_all(paths, contains=''):
+  """Returns read_recipes() of every CSV in paths, put together, only the
+  runs whose recipe contains the text contains (every run where empty)."""
   runs = {}
   for path in paths:
     runs.update(read_recipes(path))
-  return runs
+  return {key: seeds for key, seeds in runs.items() if contains in key[1]}
 
 
 def main():
@@ -569,11 +573,19 @@ def main():
                  type=b_simple_arg,
                  help='with --targets and --out: a noise scale measured at '
                  'a target, TARGET=EXAMPLES (repeat it)')
+  p.add_argument('--recipe_contains', default='',
+                 help="only the runs whose recipe holds this text, e.g. "
+                 "'--conv_weight_decay=0.0005 --fc_weight_decay=0.0005': "
+                 "one family of recipes for the fits")
   args = p.parse_args()
   if args.collect is not None:
     collect(args.collect, args.curves[0])
     return
-  runs = read_all(args.curves)
+  runs = read_all(args.curves, args.recipe_contains)
+  if not runs:
+    sys.exit('Error: no run in %s has a recipe that contains %r: give text '
+             'one of their recipe cells holds' % (
+                 ', '.join(args.curves), args.recipe_contains))
   if args.ceiling:
     for (towers, seed, name), (epochs, precision) in sorted(plot_ceiling(
         runs, args.sgd_long, args.ceiling).items()):

@@ -258,3 +258,29 @@ def test_b_simple_takes_target_equals_examples():
   assert recipes.b_simple_arg('0.83=1092') == (0.83, 1092.0)
   with pytest.raises(recipes.argparse.ArgumentTypeError, match='TARGET='):
     recipes.b_simple_arg('0.83')
+
+
+def test_recipe_contains_fits_one_family_only(tmp_path, monkeypatch, capsys):
+  # One tower's faster recipe (decay 0.002) would be its fewest steps;
+  # --recipe_contains keeps the 0.0005 family's one-tower run in the fit.
+  light, heavy = LARS + ' --conv_weight_decay=0.0005', LARS + (
+      ' --conv_weight_decay=0.002')
+  rows = []
+  for towers, step, recipe in ((1, 2000, light), (1, 1000, heavy),
+                               (8, 300, light)):
+    rows.append(dict(_row(step, 0.80), towers=towers, recipe=recipe,
+                     examples=step * 128 * towers))
+  _write(tmp_path / 'all.csv', rows)
+  argv = ['recipes.py', '--curves=%s' % (tmp_path / 'all.csv'),
+          '--targets=0.8']
+  monkeypatch.setattr(sys, 'argv', argv + [
+      '--recipe_contains=--conv_weight_decay=0.0005'])
+  recipes.main()
+  out = capsys.readouterr().out
+  s_min, b_crit = recipes.fit([(128, 2000), (1024, 300)])
+  assert '80%%: S_min %.0f steps, B_crit %.0f examples (towers 1, 8)' % (
+      s_min, b_crit) in out
+  assert 'conv decay 0.002' not in out
+  monkeypatch.setattr(sys, 'argv', argv + ['--recipe_contains=sgd'])
+  with pytest.raises(SystemExit, match="Error: no run .* contains 'sgd'"):
+    recipes.main()

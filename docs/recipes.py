@@ -8,8 +8,9 @@ each run's best precision within its budget. With --targets, it prints the
 steps to each of several targets instead, and S(B) fitted at each; with
 --out too, it draws them, and B_crit against the target beside the noise
 scale given by --b_simple; --recipe_contains keeps one family of
-recipes (the runs whose recipe holds its text). It fits the empirical model of large-batch
-training (McCandlish et al. 2018), steps to the target
+recipes (the runs whose recipe holds its text). It fits the empirical
+model of large-batch training (McCandlish et al. 2018), steps to the
+target
 
   S(B) = S_min (1 + B_crit / B)
 

@@ -494,8 +494,8 @@ def plot_targets(runs, targets, b_simple, out):
   towers' fewest steps to each target against the batch with S(B) fitted
   at that target; right, the fitted B_crit against the target beside the
   gradient noise scale B_simple measured at it (b_simple: [(target,
-  examples)], from docs/noise_scale.py). Returns {target: (S_min, B_crit)} where two
-  or more numbers of towers reached the target."""
+  examples)], from docs/noise_scale.py). Returns {target: (S_min,
+  B_crit)} where two or more numbers of towers reached the target."""
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.3))
   batches = [BATCH * n for n in (1, 2, 4, 8)]
   colors = itertools.cycle(('tab:blue', 'tab:green', 'tab:orange', 'tab:red'))

@@ -70,6 +70,8 @@ CEILING_COLORS = ('tab:blue', 'tab:cyan', 'tab:red', 'tab:orange', 'tab:green',
 SEED_STYLES = ('-', '--')
 # The batches an S(B) curve is drawn over: one tower's 128 to eight towers' 1,024.
 FIT_LINE = [BATCH * 2 ** (i / 20.0) for i in range(61)]
+# The batches of one, two, four and eight towers: the pictures' ticks.
+TOWER_BATCHES = [BATCH * n for n in (1, 2, 4, 8)]
 FIELDS = ['towers', 'rate', 'warmup_epochs', 'seed', 'step', 'examples',
           'epochs', 'precision', 'wall_s', 'recipe']
 
@@ -154,6 +156,12 @@ def fit(points):
   return s_min, slope / s_min
 
 
+def fitted_steps(s_min, b_crit):
+  """Returns S(B) = S_min (1 + B_crit / B) at each batch of FIT_LINE: the
+  fitted curve a picture draws."""
+  return [s_min * (1 + b_crit / b) for b in FIT_LINE]
+
+
 def seed_crossings(seeds, target=TARGET):
   """Returns each seed's (step, examples, epochs) at its first evaluation
   at target or more, or None where it never got there, in seeds' order."""
@@ -230,28 +238,28 @@ def plot(sgd, recipe, out, target=TARGET):
   its fitted S(B); returns the fits {name: (S_min, B_crit)}."""
   fits = {}
   fig, axes = plt.subplots(figsize=(7.5, 4.8))
-  batches = [BATCH * n for n in (1, 2, 4, 8)]
   for name, steps, color in (("the tutorial's SGD", sgd, 'tab:blue'),
                              ('the recipes', recipe, 'tab:red')):
     points = sorted((BATCH * towers, s) for towers, s in steps.items())
     s_min, b_crit = fits[name] = fit(points)
     axes.plot([b for b, _ in points], [s for _, s in points], 'o',
               color=color)
-    axes.plot(FIT_LINE, [s_min * (1 + b_crit / b) for b in FIT_LINE], '-',
+    axes.plot(FIT_LINE, fitted_steps(s_min, b_crit), '-',
               color=color, label='%s: S_min %.0f steps, B_crit %.0f '
               'examples' % (name, s_min, b_crit))
   for steps, text, color, height in (
       (sgd, 'SGD: not in\n100 epochs', 'tab:blue', 0.97),
       (recipe, 'recipes: not every\nseed reached %.0f%%' % (100 * target),
        'tab:red', 0.80)):
-    for b in [BATCH * n for n in (1, 2, 4, 8) if n not in steps]:
+    missing = [b for b in TOWER_BATCHES if b // BATCH not in steps]
+    for b in missing:
       axes.annotate(text, (b, height), xycoords=('data', 'axes fraction'),
                     ha='right' if b == BATCH * 8 else 'center', va='top',
                     color=color, fontsize=8)
   axes.set_xscale('log', base=2)
-  axes.set_xticks(batches)
+  axes.set_xticks(TOWER_BATCHES)
   axes.set_xticklabels(['%d\n(%d tower%s)' % (b, b // BATCH, 's' * (
-      b > BATCH)) for b in batches])
+      b > BATCH)) for b in TOWER_BATCHES])
   axes.set_xlabel('examples a step (towers x 128)')
   axes.set_ylabel('steps to %.0f%% precision @ 1' % (100 * target))
   axes.set_ylim(0, None)
@@ -497,7 +505,6 @@ def plot_targets(runs, targets, b_simple, out):
   examples)], from docs/noise_scale.py). Returns {target: (S_min,
   B_crit)} where two or more numbers of towers reached the target."""
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.3))
-  batches = [BATCH * n for n in (1, 2, 4, 8)]
   colors = itertools.cycle(('tab:blue', 'tab:green', 'tab:orange', 'tab:red'))
   fits = {}
   for target, color in zip(targets, colors):
@@ -507,12 +514,12 @@ def plot_targets(runs, targets, b_simple, out):
     s_min, b_crit = fits[target] = fit(points)
     left.plot([b for b, _ in points], [s for _, s in points], 'o',
               color=color)
-    left.plot(FIT_LINE, [s_min * (1 + b_crit / b) for b in FIT_LINE], '-',
+    left.plot(FIT_LINE, fitted_steps(s_min, b_crit), '-',
               color=color, label='%g%%: B_crit {:,.0f}'.format(b_crit) % (
                   100 * target))
   left.set_xscale('log', base=2)
-  left.set_xticks(batches)
-  left.set_xticklabels(['%d\n(%d)' % (b, b // BATCH) for b in batches])
+  left.set_xticks(TOWER_BATCHES)
+  left.set_xticklabels(['%d\n(%d)' % (b, b // BATCH) for b in TOWER_BATCHES])
   left.set_xlabel('examples a step (towers)')
   left.set_ylabel('steps to the target (precision @ 1)')
   left.set_title('Steps: S(B) = S_min (1 + B_crit / B), fitted', fontsize=10)

@@ -5,7 +5,8 @@ curve.csv lines put together, with the `recipe` column: the trainer's
 flags) and prints, per number of towers and recipe, the steps, examples
 and epochs to --target (80% unless given; min..max over the seeds) and
 each run's best precision within its budget. With --targets, it prints the
-steps to each of several targets instead, and S(B) fitted at each; with
+steps to each of several targets instead, the best precision and the
+precision at the end of the budget, and S(B) fitted at each; with
 --out too, it draws them, and B_crit against the target beside the noise
 scale given by --b_simple; --recipe_contains keeps one family of
 recipes (the runs whose recipe holds its text). It fits the empirical
@@ -467,13 +468,29 @@ def target_points(runs, target):
       runs, target).items())
 
 
+def end_of_budget(seeds, recipe):
+  """Returns the table's cell for the precision at the end of the
+  recipe's budget (--train_epochs): each seed's last precision where it
+  ran to that end, with the budget in epochs; '-' where none did."""
+  budget = time_to_target.recipe_flags(recipe).get('train_epochs')
+  if budget is None:
+    return '-'
+  ends = [points[-1][3] for points in seeds.values()
+          if points[-1][2] >= float(budget) - 0.01]
+  if not ends:
+    return '-'
+  return '%s%% (%s ep)' % (', '.join('%.1f' % (100 * p) for p in ends),
+                           budget)
+
+
 def print_targets(runs, targets):
   """Prints, per (towers, recipe), the mean steps (and millions of
-  examples) to each target where every seed reached it; then, at each
+  examples) to each target where every seed reached it, the best
+  precision and the precision at the end of the budget; then, at each
   target, S(B) fitted to each number of towers' fewest steps."""
-  print('| towers | recipe | seeds | %s | best |' % ' | '.join(
+  print('| towers | recipe | seeds | %s | best | at the end |' % ' | '.join(
       'steps to %g%% (M examples)' % (100 * t) for t in targets))
-  print('| ---: | --- | ---: |' + ' ---: |' * (len(targets) + 1))
+  print('| ---: | --- | ---: |' + ' ---: |' * (len(targets) + 2))
   for (towers, recipe), seeds in sorted(runs.items()):
     cells = []
     for target in targets:
@@ -481,9 +498,9 @@ def print_targets(runs, targets):
       cells.append('-' if steps is None else '%d (%.2f)' % (
           steps, steps * BATCH * towers / 1e6))
     best = max(max(p[3] for p in points) for points in seeds.values())
-    print('| %d | %s | %d | %s | %.1f%% |' % (
+    print('| %d | %s | %d | %s | %.1f%% | %s |' % (
         towers, label(recipe, towers), len(seeds), ' | '.join(cells),
-        100 * best))
+        100 * best, end_of_budget(seeds, recipe)))
   print()
   for target in targets:
     points = target_points(runs, target)

@@ -136,13 +136,32 @@ def test_targets_table_and_a_fit_at_each_target(tmp_path, capsys):
   recipes.print_targets(runs, [0.80, 0.83])
   out = capsys.readouterr().out
   assert '| 1 | momentum, tutorial - ep, peak 0.1 | 1 | 1000 (0.13) | ' \
-         '4000 (0.51) | 83.0% |' in out
-  assert '| 8 | %s | 1 | 200 (0.20) | - | 82.0%% |' % recipes.label(
+         '4000 (0.51) | 83.0% | - |' in out
+  assert '| 8 | %s | 1 | 200 (0.20) | - | 82.0%% | - |' % recipes.label(
       LARS, 8) in out
   s_min, b_crit = recipes.fit([(128, 1000), (1024, 200)])
   assert '80%%: S_min %.0f steps, B_crit %.0f examples (towers 1, 8)' % (
       s_min, b_crit) in out
   assert '83%: reached by 1 tower(s) only: no fit' in out
+
+
+def test_targets_table_gives_the_precision_at_the_end_of_the_budget(
+    tmp_path, capsys):
+  # LARS's budget is 50 epochs: 2,442 steps of 1,024. Seed 1 runs to its
+  # end, past its best; seed 2 stops at 0.83, before it.
+  end = int(50 * 50000 / 1024) + 1
+  rows = [_row(500, 0.80), _row(1500, 0.836), _row(end, 0.834),
+          _row(500, 0.81, seed=2), _row(1400, 0.83, seed=2)]
+  _write(tmp_path / 'runs.csv', rows)
+  recipes.print_targets(recipes.read_recipes(str(tmp_path / 'runs.csv')),
+                        [0.83])
+  out = capsys.readouterr().out
+  assert '| 1450 (1.48) | 83.6% | 83.4% (50 ep) |' in out
+  # With neither seed at its end, no precision at the end.
+  _write(tmp_path / 'runs.csv', rows[:2] + rows[3:])
+  recipes.print_targets(recipes.read_recipes(str(tmp_path / 'runs.csv')),
+                        [0.83])
+  assert '| 1450 (1.48) | 83.6% | - |' in capsys.readouterr().out
 
 
 def test_recipes_table_says_when_not_every_seed_reached(tmp_path, capsys):

@@ -71,6 +71,9 @@ TOWERS = (1, 2, 4, 8)
 # one that has not reached it ends (docs/time_to_target.py's defaults).
 TARGET = 0.80
 MAX_EPOCHS = 100
+# The curves give epochs to two decimals: a run within this of its budget
+# ran to its end.
+EPOCHS_ROUNDING = 0.01
 # A run below GIVE_UP_BELOW after GIVE_UP_EPOCHS may end there.
 GIVE_UP_BELOW = 0.70
 GIVE_UP_EPOCHS = 50
@@ -271,7 +274,7 @@ def run_end(points, target=TARGET):
   best = 100 * max(p[3] for p in points if not math.isnan(p[3]))
   if math.isnan(points[-1][3]):
     return 'diverged at %.1f epochs (best %.1f%%)' % (points[-1][2], best)
-  if points[-1][2] >= MAX_EPOCHS - 0.01:
+  if points[-1][2] >= MAX_EPOCHS - EPOCHS_ROUNDING:
     return 'not reached in %d epochs (best %.1f%%)' % (MAX_EPOCHS, best)
   if points[-1][2] >= GIVE_UP_EPOCHS and best < 100 * GIVE_UP_BELOW:
     return 'stopped at %.0f epochs, below %.0f%%' % (

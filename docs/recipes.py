@@ -255,8 +255,8 @@ def plot(sgd, recipe, out, target=TARGET):
     missing = [b for b in TOWER_BATCHES if b // BATCH not in steps]
     for b in missing:
       axes.annotate(text, (b, height), xycoords=('data', 'axes fraction'),
-                    ha='right' if b == BATCH * 8 else 'center', va='top',
-                    color=color, fontsize=8)
+                    ha='right' if b == TOWER_BATCHES[-1] else 'center',
+                    va='top', color=color, fontsize=8)
   axes.set_xscale('log', base=2)
   axes.set_xticks(TOWER_BATCHES)
   axes.set_xticklabels(['%d\n(%d tower%s)' % (b, b // BATCH, 's' * (
@@ -476,7 +476,7 @@ def end_of_budget(seeds, recipe):
   if budget is None:
     return '-'
   ends = [points[-1][3] for points in seeds.values()
-          if points[-1][2] >= float(budget) - 0.01]
+          if points[-1][2] >= float(budget) - plot_scaling.EPOCHS_ROUNDING]
   if not ends:
     return '-'
   return '%s%% (%s ep)' % (', '.join('%.1f' % (100 * p) for p in ends),

@@ -88,9 +88,9 @@ def parse_args(argv):
   args = p.parse_args(argv)
   if args.trainer == 'cifar10_train.py' and args.towers != 1:
     p.error('cifar10_train.py trains one tower: leave --towers out.')
-  budget = re.search(r'--train_epochs=(\S+)', args.recipe)
-  if budget:
-    args.max_epochs = float(budget.group(1))
+  budget = recipe_flags(args.recipe).get('train_epochs')
+  if budget is not None:
+    args.max_epochs = float(budget)
   return args
 
 

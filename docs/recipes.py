@@ -182,15 +182,19 @@ def mean_steps(seeds, target=TARGET):
 def best_steps(runs, target=TARGET):
   """Returns {towers: (mean steps to target, its configuration)}, the
   fewest of each number of towers over the recipes of runs (not the
-  tutorial's SGD, whose recipe is empty)."""
-  best = {}
+  tutorial's SGD, whose recipe is empty). A recipe with more seeds wins
+  over one with fewer, so one lucky seed does not beat a two-seed mean."""
+  ranked = {}
   for (towers, config), seeds in runs.items():
     if not config:  # The tutorial's SGD, timed beside the recipes.
       continue
     steps = mean_steps(seeds, target)
-    if steps is not None and (towers not in best or steps < best[towers][0]):
-      best[towers] = (steps, config)
-  return best
+    rank = (-len(seeds), steps)
+    if steps is not None and (towers not in ranked
+                              or rank < ranked[towers][0]):
+      ranked[towers] = (rank, config)
+  return {towers: (rank[1], config)
+          for towers, (rank, config) in ranked.items()}
 
 
 def print_recipes(runs, target=TARGET):

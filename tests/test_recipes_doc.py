@@ -109,6 +109,19 @@ def test_best_steps_needs_every_seed_at_the_target(tmp_path):
       str(tmp_path / 'short.csv'))) == {}
 
 
+
+def test_best_steps_takes_the_recipe_with_more_seeds(tmp_path):
+  # One seed of a longer budget crosses sooner than a two-seed recipe's
+  # mean; the two-seed mean is the point, not the one lucky seed.
+  lucky = _row(1000, 0.801)
+  lucky['recipe'] = LARS.replace('--train_epochs=50', '--train_epochs=120')
+  _write(tmp_path / 'mixed.csv', [
+      lucky, _row(1617, 0.8006), _row(1715, 0.801, seed=2)])
+  steps, config = recipes.best_steps(recipes.read_recipes(
+      str(tmp_path / 'mixed.csv')))[8]
+  assert config == LARS
+  assert steps > 1568
+
 def test_minutes_are_the_step_cost_models(capsys):
   recipes.print_minutes({8: (1617, LARS)}, {1: 14076})
   lines = capsys.readouterr().out.splitlines()

@@ -109,7 +109,6 @@ def test_best_steps_needs_every_seed_at_the_target(tmp_path):
       str(tmp_path / 'short.csv'))) == {}
 
 
-
 def test_best_steps_takes_the_recipe_with_more_seeds(tmp_path):
   # One seed of a longer budget crosses sooner than a two-seed recipe's
   # mean; the two-seed mean is the point, not the one lucky seed.
@@ -121,6 +120,7 @@ def test_best_steps_takes_the_recipe_with_more_seeds(tmp_path):
       str(tmp_path / 'mixed.csv')))[8]
   assert config == LARS
   assert steps > 1568
+
 
 def test_minutes_are_the_step_cost_models(capsys):
   recipes.print_minutes({8: (1617, LARS)}, {1: 14076})

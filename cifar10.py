@@ -128,11 +128,11 @@ def _variable_with_weight_decay(name, shape, stddev, wd, dtype=tf.float32):
 
 
 def distorted_batches(data_dir=DATA_DIR, batch_size=BATCH_SIZE, num_batches=1,
-                      opts=options.DEFAULT, hold_out=False, cutout=0):
+                      opts=options.DEFAULT, hold_out=False, cutout=0, skip=0):
   """Constructs num_batches distinct distorted training batches (one per
   tower) from one input pipeline, with hold_out without the last 5,000
-  training images, with cutout a square of that side blanked in each
-  (cifar10_input.py).
+  training images, with cutout a square of that side blanked in each,
+  after skip examples drawn and passed over (cifar10_input.py).
 
   Returns:
     A list of num_batches (images, labels) pairs: images
@@ -140,18 +140,18 @@ def distorted_batches(data_dir=DATA_DIR, batch_size=BATCH_SIZE, num_batches=1,
     [batch_size].
   """
   batches = cifar10_input.distorted_batches(data_dir, batch_size, num_batches,
-                                            hold_out, cutout)
+                                            hold_out, cutout, skip)
   return [(tf.cast(images, opts.compute_dtype()), labels)
           for images, labels in batches]
 
 
 def distorted_inputs(data_dir=DATA_DIR, batch_size=BATCH_SIZE,
-                     opts=options.DEFAULT, hold_out=False, cutout=0):
-  """Constructs distorted input for CIFAR training (cifar10_input.py);
-  returns images [batch_size, 24, 24, 3] in opts' dtype, labels
-  [batch_size]."""
+                     opts=options.DEFAULT, hold_out=False, cutout=0, skip=0):
+  """Constructs distorted input for CIFAR training (cifar10_input.py), after
+  skip examples drawn and passed over; returns images
+  [batch_size, 24, 24, 3] in opts' dtype, labels [batch_size]."""
   images, labels = cifar10_input.distorted_inputs(data_dir, batch_size,
-                                                  hold_out, cutout)
+                                                  hold_out, cutout, skip)
   return tf.cast(images, opts.compute_dtype()), labels
 
 

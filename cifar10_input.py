@@ -232,7 +232,7 @@ def eval_image(image):
 
 
 def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
-             prefetch_batches, records=None):
+             prefetch_batches, records=None, skip=0):
   """Builds the record -> preprocess -> batch pipeline.
 
   The shuffle and the records' seeds draw from the graph's seed: random
@@ -248,6 +248,9 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
     prefetch_batches: batches made ahead of the consumer.
     records: None for every record of the files, or a function that takes
       the records' dataset and returns the part to read.
+    skip: records drawn (shuffled, each with its seed) and passed over
+      before the first batch: a resumed run's, so that with the graph's
+      seed it goes on with the records it would have drawn unstopped.
 
   Returns:
     A repeating tf.data.Dataset of (images [batch, 24, 24, 3],
@@ -266,6 +269,8 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
   # Each record with a random seed of its own, for its distortions.
   seeds = tf.data.Dataset.random().batch(2)
   dataset = tf.data.Dataset.zip((records, seeds))
+  if skip:
+    dataset = dataset.skip(skip)
   dataset = dataset.map(parse, num_parallel_calls=NUM_PREPROCESS_THREADS)
   dataset = dataset.batch(batch_size, drop_remainder=True)
   return dataset.prefetch(prefetch_batches)
@@ -282,7 +287,7 @@ def _held_out(records):
 
 
 def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False,
-                      cutout=0):
+                      cutout=0, skip=0):
   """Builds the training pipeline as a tf.data.Dataset (graph or eager).
 
   Shuffles records in a buffer of 40% of an epoch and distorts them in
@@ -294,6 +299,7 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False,
     prefetch_batches: batches made ahead of the consumer.
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT images out.
     cutout: the side of the square distort_image blanks; 0: none.
+    skip: records to draw and pass over first (a resumed run's examples).
 
   Returns:
     A repeating dataset of (float32 [batch_size, 24, 24, 3] images,
@@ -306,11 +312,11 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False,
   distort = lambda image, seed: distort_image(image, seed, cutout)
   return _dataset(data_files(data_dir, eval_data=False), distort,
                   batch_size, min_queue_examples, prefetch_batches,
-                  _kept if hold_out else None)
+                  _kept if hold_out else None, skip)
 
 
 def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
-                      cutout=0):
+                      cutout=0, skip=0):
   """Constructs distinct distorted batches from one shared input pipeline.
 
   The pipeline shuffles records in a buffer of 40% of an epoch, distorts
@@ -324,6 +330,7 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
     num_batches: number of batches each step takes.
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
     cutout: the side of the square distort_image blanks; 0: none.
+    skip: records to draw and pass over first (a resumed run's examples).
 
   Returns:
     A list of num_batches (images, labels) pairs: float32
@@ -331,7 +338,7 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
   """
   with tf.device('/cpu:0'), tf.compat.v1.name_scope('input'):
     dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches,
-                                hold_out, cutout)
+                                hold_out, cutout, skip)
     iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
     batches = []
     for _ in range(num_batches):
@@ -343,7 +350,7 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
   return batches
 
 
-def distorted_inputs(data_dir, batch_size, hold_out=False, cutout=0):
+def distorted_inputs(data_dir, batch_size, hold_out=False, cutout=0, skip=0):
   """Constructs distorted input for CIFAR training: one batch a step.
 
   Args:
@@ -351,12 +358,14 @@ def distorted_inputs(data_dir, batch_size, hold_out=False, cutout=0):
     batch_size: number of images per batch.
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
     cutout: the side of the square distort_image blanks; 0: none.
+    skip: records to draw and pass over first (a resumed run's examples).
 
   Returns:
     images: float32 [batch_size, 24, 24, 3] tensor.
     labels: int32 [batch_size] tensor.
   """
-  return distorted_batches(data_dir, batch_size, 1, hold_out, cutout)[0]
+  return distorted_batches(data_dir, batch_size, 1, hold_out, cutout,
+                           skip)[0]
 
 
 def inputs(eval_data, data_dir, batch_size, held_out=False):

@@ -224,12 +224,13 @@ def build_train_op(batches, devices, recipe=recipes.TUTORIAL,
 def build_graph(data_dir, batch_size, num_towers, virtual=False,
                 variable_update=cifar10_replicated.PARAMETER_SERVER,
                 recipe=recipes.TUTORIAL, opts=options.DEFAULT,
-                measure_noise=True, hold_out=False):
+                measure_noise=True, hold_out=False, skip=0):
   """Builds the trainer's graph: the towers on their devices, and the input
   they share.
 
   Args:
-    data_dir, batch_size, hold_out: the input's (cifar10.distorted_batches).
+    data_dir, batch_size, hold_out, skip: the input's
+      (cifar10.distorted_batches).
     num_towers: number of towers.
     virtual: --virtual_gpus: split a device where there are too few.
     variable_update: how the towers share the variables, --variable_update.
@@ -249,7 +250,7 @@ def build_graph(data_dir, batch_size, num_towers, virtual=False,
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
     batches = cifar10.distorted_batches(data_dir, batch_size, num_towers, opts,
-                                        hold_out, recipe.cutout)
+                                        hold_out, recipe.cutout, skip)
     # The towers and their update: on the variables shared here, or on a
     # copy per tower, with an all-reduce (cifar10_replicated.py).
     build = (cifar10_replicated.builder(devices, tower_loss) if replicated
@@ -264,10 +265,13 @@ def run_training(recipe, opts):
   --train_epochs)."""
   with tf.Graph().as_default():
     session.seed_graph(FLAGS.seed)  # With --seed, the same run every time.
+    # Resumed with --seed, the input passes over the examples drawn before.
+    skip = session.examples_drawn(FLAGS.train_dir, FLAGS.seed,
+                                  FLAGS.batch_size * FLAGS.num_gpus)
     train_op, loss, scaffold, config = build_graph(
         FLAGS.data_dir, FLAGS.batch_size, FLAGS.num_gpus, FLAGS.virtual_gpus,
         FLAGS.variable_update, recipe, opts, FLAGS.gradient_noise_scale,
-        FLAGS.hold_out)
+        FLAGS.hold_out, skip)
 
     # As the single-tower trainer's session, the step line counting the
     # examples of every tower, and sec/batch a tower's share of the step.

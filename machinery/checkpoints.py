@@ -86,7 +86,7 @@ def define_checkpoint_dir_flag():
                       'Directory where to read model checkpoints.')
 
 
-def _step_of(path):
+def step_of(path):
   """Returns the global step in a checkpoint's name (model.ckpt-N), or -1."""
   match = re.search(r'-(\d+)$', path)
   return int(match.group(1)) if match else -1
@@ -212,7 +212,7 @@ def latest_checkpoint(directory):
   # Newest first: by the step in the name, then by the index file's order.
   order = {path: i for i, path in enumerate(named)}
   candidates = sorted(candidates, reverse=True,
-                      key=lambda p: (_step_of(p), order.get(p, -1)))
+                      key=lambda p: (step_of(p), order.get(p, -1)))
   passed_over = []
   for path in candidates:
     reason = unreadable_reason(path)
@@ -345,7 +345,7 @@ def write_index(train_dir, path):
     path: the checkpoint, in train_dir.
   """
   named, _, _ = _read_index_file(train_dir)
-  older = [p for p in named if _step_of(p) < _step_of(path) and _files_of(p)]
+  older = [p for p in named if step_of(p) < step_of(path) and _files_of(p)]
   paths = [os.path.relpath(p, train_dir) for p in older + [path]]
   filename = os.path.join(train_dir, INDEX_FILE)
   if tf.io.gfile.exists(filename):

@@ -115,6 +115,28 @@ def seed_graph(seed, offset=0):
     tf.config.experimental.enable_op_determinism()
 
 
+def examples_drawn(train_dir, seed, examples_per_step):
+  """Returns the examples a run with a seed drew before the checkpoint of
+  train_dir it resumes from (its step x examples_per_step), and says so:
+  its input passes over them, so that the run goes on with the batches it
+  would have drawn unstopped. 0 without a seed (each start draws afresh)
+  or a checkpoint. Reads the directory; writes nothing.
+
+  Raises:
+    errors.CheckpointError: train_dir holds checkpoints, none readable.
+  """
+  if seed is None:
+    return 0
+  latest = checkpoints.latest_checkpoint(train_dir).path
+  if latest is None:
+    return 0
+  drawn = checkpoints.step_of(latest) * examples_per_step
+  print('--seed %d: the input passes over the %s examples drawn before step '
+        '%d, so that the run goes on as if unstopped.' %
+        (seed, '{:,}'.format(drawn), checkpoints.step_of(latest)))
+  return drawn
+
+
 def last_step(examples_per_step, recipe):
   """Returns the global step training stops at: --max_steps, or the end of
   recipe's --train_epochs (at examples_per_step a step) where that

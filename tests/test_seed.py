@@ -1,5 +1,6 @@
 """--seed: the same seed repeats a run bit for bit, checkpoint for
-checkpoint; another seed, or none, trains other weights."""
+checkpoint, stopped and resumed on the way or not; another seed, or none,
+trains other weights."""
 
 import glob
 import os
@@ -11,13 +12,16 @@ import tensorflow as tf
 from conftest import train
 
 
-def _train(script, data_dir, train_dir, *flags):
-  """Trains 10 steps of 8 with a checkpoint every 5; returns the variables
-  of each checkpoint, {step: {name: value}}: steps 0 (the initial
-  weights), 5 and 10."""
-  result = train(data_dir, train_dir, '--max_steps=10', '--batch_size=8',
-                 '--save_checkpoint_steps=5', *flags, script=script)
-  assert result.returncode == 0, result.stderr[-3000:]
+def _train(script, data_dir, train_dir, *flags, stops=(10,)):
+  """Trains 10 steps of 8 with a checkpoint every 5, in one run for each of
+  stops (its --max_steps: with (5, 10), stopped at step 5 and resumed);
+  returns the variables of each checkpoint, {step: {name: value}}: steps 0
+  (the initial weights), 5 and 10."""
+  for stop in stops:
+    result = train(data_dir, train_dir, '--max_steps=%d' % stop,
+                   '--batch_size=8', '--save_checkpoint_steps=5', *flags,
+                   script=script)
+    assert result.returncode == 0, result.stderr[-3000:]
   checkpoints = {}
   for index in glob.glob(os.path.join(train_dir, 'model.ckpt-*.index')):
     reader = tf.train.load_checkpoint(index[:-len('.index')])
@@ -50,10 +54,13 @@ def _assert_all_differ(a, b):
 ])
 def test_same_seed_same_checkpoints_another_seed_other_weights(
     fake_data_dir, tmp_path, script, flags):
+  # Run again, it stops at step 5 and resumes: its input passes over the
+  # 40 x towers examples drawn, else steps 6-10 would train on steps 1-5's.
   first, again, other = [
       _train(script, fake_data_dir, str(tmp_path / name), '--seed=%d' % seed,
-             *flags)
-      for name, seed in (('first', 3), ('again', 3), ('other', 4))]
+             *flags, stops=stops)
+      for name, seed, stops in (('first', 3, (10,)), ('again', 3, (5, 10)),
+                                ('other', 4, (10,)))]
   for step in (0, 5, 10):
     assert sorted(again[step]) == sorted(first[step])
     assert not _differing(first[step], again[step]), step

@@ -130,11 +130,11 @@ def examples_drawn(train_dir, seed, examples_per_step):
   latest = checkpoints.latest_checkpoint(train_dir).path
   if latest is None:
     return 0
-  drawn = checkpoints.step_of(latest) * examples_per_step
+  step = checkpoints.step_of(latest)
   print('--seed %d: the input passes over the %s examples drawn before step '
         '%d, so that the run goes on as if unstopped.' %
-        (seed, '{:,}'.format(drawn), checkpoints.step_of(latest)))
-  return drawn
+        (seed, '{:,}'.format(step * examples_per_step), step))
+  return step * examples_per_step
 
 
 def last_step(examples_per_step, recipe):

@@ -433,7 +433,10 @@ def add_saver():
 class CheckpointSaverHook(tf1.train.CheckpointSaverHook):
   """Saves checkpoints as TensorFlow's saver hook does, except that it does
   not save again the checkpoint training resumes from (it would at the
-  start), so the files a user has stay exactly as they were."""
+  start), so the files a user has stay exactly as they were, and that a
+  run resumed between two multiples of save_steps saves at the next
+  multiple (TensorFlow's would save save_steps after the resumed step), so
+  that it saves at the steps the unstopped run did."""
 
   def __init__(self, resumed_step, *args, **kwargs):
     """Makes the hook.
@@ -441,10 +444,18 @@ class CheckpointSaverHook(tf1.train.CheckpointSaverHook):
     Args:
       resumed_step: the step of the checkpoint resumed from, or None.
       *args: tf.compat.v1.train.CheckpointSaverHook's arguments.
-      **kwargs: its keyword arguments.
+      **kwargs: its keyword arguments, save_steps among them.
     """
     super(CheckpointSaverHook, self).__init__(*args, **kwargs)
     self._resumed_step = resumed_step
+    self._save_steps = kwargs.get('save_steps')
+
+  def after_create_session(self, session, coord):
+    super(CheckpointSaverHook, self).after_create_session(session, coord)
+    if self._save_steps:
+      # Count the steps to the next save from the last multiple.
+      step = session.run(self._global_step_tensor)
+      self._timer.update_last_triggered_step(step - step % self._save_steps)
 
   def _save(self, session, step):
     if step == self._resumed_step:

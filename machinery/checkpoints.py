@@ -451,9 +451,10 @@ class CheckpointSaverHook(tf1.train.CheckpointSaverHook):
     self._save_steps = kwargs.get('save_steps')
 
   def after_create_session(self, session, coord):
+    """As TensorFlow's hook at the start; then counts the steps to the next
+    save from the last multiple of save_steps, not from the resumed step."""
     super(CheckpointSaverHook, self).after_create_session(session, coord)
     if self._save_steps:
-      # Count the steps to the next save from the last multiple.
       step = session.run(self._global_step_tensor)
       self._timer.update_last_triggered_step(step - step % self._save_steps)
 

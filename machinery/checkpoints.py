@@ -455,7 +455,7 @@ class CheckpointSaverHook(tf1.train.CheckpointSaverHook):
     save from the last multiple of save_steps, not from the resumed step."""
     super(CheckpointSaverHook, self).after_create_session(session, coord)
     if self._save_steps:
-      step = session.run(self._global_step_tensor)
+      step = self._timer.last_triggered_step()  # The step it started at.
       self._timer.update_last_triggered_step(step - step % self._save_steps)
 
   def _save(self, session, step):

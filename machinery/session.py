@@ -131,10 +131,11 @@ def examples_drawn(train_dir, seed, examples_per_step):
   if latest is None:
     return 0
   step = checkpoints.step_of(latest)
+  drawn = step * examples_per_step
   print('--seed %d: the input passes over the %s examples drawn before step '
         '%d, so that the run goes on as if unstopped.' %
-        (seed, '{:,}'.format(step * examples_per_step), step))
-  return step * examples_per_step
+        (seed, '{:,}'.format(drawn), step))
+  return drawn
 
 
 def last_step(examples_per_step, recipe):

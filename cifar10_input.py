@@ -271,6 +271,10 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
   dataset = tf.data.Dataset.zip((records, seeds))
   if skip:
     dataset = dataset.skip(skip)
+  # parse branches with tf.cond, never with Python's `if` on a tensor, so
+  # tf.data need not rewrite it with AutoGraph (which writes the rewrite
+  # to a temporary file, left behind whenever the process is killed).
+  parse = tf.autograph.experimental.do_not_convert(parse)
   dataset = dataset.map(parse, num_parallel_calls=NUM_PREPROCESS_THREADS)
   dataset = dataset.batch(batch_size, drop_remainder=True)
   return dataset.prefetch(prefetch_batches)

@@ -1,13 +1,15 @@
 """The input pipeline, on records the tests write themselves."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import cifar10_input
-from conftest import make_fake_data, write_records
+from conftest import REPO, make_fake_data, write_records
 from machinery import errors
 
 tf1 = tf.compat.v1
@@ -195,6 +197,32 @@ def test_seeded_pipeline_repeats_order_distortions_and_towers(tmp_path):
         step, step_other, step_unseeded):
       assert not np.array_equal(images, images_other)
       assert not np.array_equal(images, images_unseeded)
+
+
+_BUILD_PIPELINES = """
+import glob, os, sys, tempfile
+import tensorflow as tf
+import cifar10_input
+with tf.Graph().as_default():
+  cifar10_input.distorted_inputs(sys.argv[1], 4, hold_out=True, cutout=8)
+  cifar10_input.inputs(True, sys.argv[1], 4, held_out=False)
+  print('written:', glob.glob(os.path.join(tempfile.gettempdir(), '*.py')))
+"""
+
+
+def test_pipelines_write_no_autograph_source_files(tmp_path):
+  # AutoGraph writes each function it rewrites to a file in the temporary
+  # directory, removed only at a clean exit: a killed trainer or evaluator
+  # left them in /tmp. Listed before the process exits.
+  make_fake_data(str(tmp_path / 'data'))
+  temp = tmp_path / 'tmp'
+  temp.mkdir()
+  result = subprocess.run(
+      [sys.executable, '-c', _BUILD_PIPELINES, str(tmp_path / 'data')],
+      cwd=REPO, capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, TMPDIR=str(temp), PYTHONPATH=REPO))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'written: []' in result.stdout, result.stdout
 
 
 def test_missing_file_names_it(tmp_path):

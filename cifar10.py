@@ -128,30 +128,35 @@ def _variable_with_weight_decay(name, shape, stddev, wd, dtype=tf.float32):
 
 
 def distorted_batches(data_dir=DATA_DIR, batch_size=BATCH_SIZE, num_batches=1,
-                      opts=options.DEFAULT, hold_out=False, cutout=0, skip=0):
+                      opts=options.DEFAULT, hold_out=False, cutout=0, skip=0,
+                      mixup=0.0):
   """Constructs num_batches distinct distorted training batches (one per
   tower) from one input pipeline, with hold_out without the last 5,000
   training images, with cutout a square of that side blanked in each,
-  after skip examples drawn and passed over (cifar10_input.py).
+  after skip examples drawn and passed over, with mixup > 0 each image
+  blended with another (cifar10_input.py).
 
   Returns:
     A list of num_batches (images, labels) pairs: images
     [batch_size, IMAGE_SIZE, IMAGE_SIZE, 3] in opts' dtype, labels
-    [batch_size].
+    [batch_size] (with mixup, [batch_size, NUM_CLASSES] shares).
   """
   batches = cifar10_input.distorted_batches(data_dir, batch_size, num_batches,
-                                            hold_out, cutout, skip)
+                                            hold_out, cutout, skip, mixup)
   return [(tf.cast(images, opts.compute_dtype()), labels)
           for images, labels in batches]
 
 
 def distorted_inputs(data_dir=DATA_DIR, batch_size=BATCH_SIZE,
-                     opts=options.DEFAULT, hold_out=False, cutout=0, skip=0):
+                     opts=options.DEFAULT, hold_out=False, cutout=0, skip=0,
+                     mixup=0.0):
   """Constructs distorted input for CIFAR training (cifar10_input.py), after
   skip examples drawn and passed over; returns images
-  [batch_size, 24, 24, 3] in opts' dtype, labels [batch_size]."""
+  [batch_size, 24, 24, 3] in opts' dtype, labels [batch_size] (with
+  mixup, [batch_size, NUM_CLASSES] shares)."""
   images, labels = cifar10_input.distorted_inputs(data_dir, batch_size,
-                                                  hold_out, cutout, skip)
+                                                  hold_out, cutout, skip,
+                                                  mixup)
   return tf.cast(images, opts.compute_dtype()), labels
 
 
@@ -289,7 +294,9 @@ def loss(logits, labels, label_smoothing=0.0):
 
   Args:
     logits: Logits from inference().
-    labels: Labels from distorted_inputs() or inputs(), [batch_size].
+    labels: Labels from distorted_inputs() or inputs(), [batch_size]; or,
+      from distorted_inputs() with mixup, each image's shares of the
+      classes, float [batch_size, NUM_CLASSES].
     label_smoothing: the share of each label spread evenly over all the
       classes (--label_smoothing); 0: none, as the tutorial's.
 
@@ -297,13 +304,17 @@ def loss(logits, labels, label_smoothing=0.0):
     The total loss, 'total_loss'.
   """
   # Calculate the average cross entropy loss across the batch.
-  labels = tf.cast(labels, tf.int64)
   logits = tf.cast(logits, tf.float32)
-  if label_smoothing:
-    cross_entropy = _smoothed_cross_entropy(logits, labels, label_smoothing)
+  if labels.dtype.is_floating:  # Shares of the classes (mixup).
+    cross_entropy = _soft_cross_entropy(logits, labels, label_smoothing)
+  elif label_smoothing:
+    cross_entropy = _soft_cross_entropy(
+        logits, tf.one_hot(tf.cast(labels, tf.int64), NUM_CLASSES),
+        label_smoothing)
   else:
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=logits, name='cross_entropy_per_example')
+        labels=tf.cast(labels, tf.int64), logits=logits,
+        name='cross_entropy_per_example')
   cross_entropy_mean = tf.reduce_mean(cross_entropy, name='cross_entropy')
   tf1.add_to_collection('losses', cross_entropy_mean)
 
@@ -315,14 +326,16 @@ def loss(logits, labels, label_smoothing=0.0):
                   name='total_loss')
 
 
-def _smoothed_cross_entropy(logits, labels, smoothing):
-  """Returns each example's cross entropy against its label smoothed: 1 -
-  smoothing on the label, plus smoothing / NUM_CLASSES on every class."""
-  with tf1.name_scope('label_smoothing'):
-    targets = tf.one_hot(labels, NUM_CLASSES, on_value=1.0 - smoothing,
-                         off_value=0.0) + smoothing / NUM_CLASSES
+def _soft_cross_entropy(logits, targets, smoothing):
+  """Returns each example's cross entropy against its targets (shares of
+  the classes, float [batch, NUM_CLASSES]), smoothed: 1 - smoothing of
+  them, plus smoothing / NUM_CLASSES on every class."""
+  if smoothing:
+    with tf1.name_scope('label_smoothing'):
+      targets = targets * (1.0 - smoothing) + smoothing / NUM_CLASSES
   return tf.nn.softmax_cross_entropy_with_logits(
-      labels=targets, logits=logits, name='cross_entropy_per_example')
+      labels=tf.cast(targets, tf.float32), logits=logits,
+      name='cross_entropy_per_example')
 
 
 def _add_loss_summaries(total_loss):

@@ -239,7 +239,8 @@ def run_training(server, task, mode, local_devices, config,
     with tf.device(task.device('/cpu:0')):
       batches = cifar10.distorted_batches(FLAGS.data_dir, FLAGS.batch_size,
                                           len(local_devices), opts,
-                                          FLAGS.hold_out, recipe.cutout)
+                                          FLAGS.hold_out, recipe.cutout,
+                                          mixup=recipe.mixup)
     if all_reduce:
       train_op, loss, scaffold = build_allreduce_graph(
           task, batches, local_devices, recipe, opts,

@@ -67,6 +67,9 @@ NUM_PREPROCESS_THREADS = 16
 # seed folded with this number, so that the tutorial's five draws stay
 # what they are.
 CUTOUT_SEED_FOLD = 1
+# Mixup (a recipe's --mixup) draws each image's share of itself from the
+# image's seed folded with this number.
+MIXUP_SEED_FOLD = 2
 
 
 def buffered_bytes(batch_size, num_batches):
@@ -218,6 +221,42 @@ def cut_out(image, size, seed):
     return tf.where(square[:, :, tf.newaxis], tf.zeros_like(image), image)
 
 
+def mixup_share(seed, alpha):
+  """Returns the share of itself an image keeps under mixup: a float32
+  scalar in [0, 1] drawn from Beta(alpha, alpha) (two Gamma(alpha) draws,
+  g1 / (g1 + g2)), from the image's seed."""
+  with tf.name_scope('mixup'):
+    gammas = tf.random.stateless_gamma(
+        [2], tf.random.experimental.stateless_fold_in(seed, MIXUP_SEED_FOLD),
+        alpha)
+    return tf.math.divide_no_nan(gammas[0], gammas[0] + gammas[1])
+
+
+def mix_batch(images, labels, shares):
+  """Mixes each image of a batch with the one opposite it in the batch
+  (mixup, Zhang et al. 2018): share of its own pixels and label, the rest
+  of the other's. The records come shuffled, so the one opposite is a
+  random partner.
+
+  Args:
+    images: float32 [batch, 24, 24, 3] distorted images.
+    labels: int32 [batch] labels.
+    shares: float32 [batch], each image's share of itself (mixup_share).
+
+  Returns:
+    images: float32 [batch, 24, 24, 3], each a blend of two.
+    labels: float32 [batch, NUM_CLASSES], each row the blend's shares of
+      the classes (summing to 1).
+  """
+  with tf.name_scope('mixup'):
+    targets = tf.one_hot(labels, NUM_CLASSES)
+    own = shares[:, tf.newaxis]
+    labels = own * targets + (1 - own) * tf.reverse(targets, [0])
+    own = tf.reshape(shares, [-1, 1, 1, 1])
+    images = own * images + (1 - own) * tf.reverse(images, [0])
+  return images, labels
+
+
 def eval_image(image):
   """Crops the central 24x24 of an image and standardizes it.
 
@@ -232,7 +271,7 @@ def eval_image(image):
 
 
 def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
-             prefetch_batches, records=None, skip=0):
+             prefetch_batches, records=None, skip=0, mixup=0.0):
   """Builds the record -> preprocess -> batch pipeline.
 
   The shuffle and the records' seeds draw from the graph's seed: random
@@ -251,14 +290,18 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
     skip: records drawn (shuffled, each with its seed) and passed over
       before the first batch: a resumed run's, so that with the graph's
       seed it goes on with the records it would have drawn unstopped.
+    mixup: 0 for none; alpha > 0 to blend each batch's images in pairs
+      (mix_batch), each image's share drawn from its seed.
 
   Returns:
     A repeating tf.data.Dataset of (images [batch, 24, 24, 3],
-    labels [batch]) with static shapes.
+    labels [batch], or [batch, NUM_CLASSES] shares with mixup) with static
+    shapes.
   """
   def parse(record, seed):
     label, image = decode_record(record)
-    return preprocess(image, seed), label
+    example = preprocess(image, seed), label
+    return example + (mixup_share(seed, mixup),) if mixup else example
 
   dataset = tf.data.FixedLengthRecordDataset(filenames, RECORD_BYTES)
   if records is not None:
@@ -271,12 +314,15 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
   dataset = tf.data.Dataset.zip((records, seeds))
   if skip:
     dataset = dataset.skip(skip)
-  # parse branches with tf.cond, never with Python's `if` on a tensor, so
-  # tf.data need not rewrite it with AutoGraph (which writes the rewrite
-  # to a temporary file, left behind whenever the process is killed).
-  parse = tf.autograph.experimental.do_not_convert(parse)
-  dataset = dataset.map(parse, num_parallel_calls=NUM_PREPROCESS_THREADS)
+  # parse and mix_batch branch with tf.cond, never with Python's `if` on a
+  # tensor, so tf.data need not rewrite them with AutoGraph (which writes
+  # the rewrite to a temporary file, left behind whenever the process is
+  # killed).
+  plain = tf.autograph.experimental.do_not_convert
+  dataset = dataset.map(plain(parse), num_parallel_calls=NUM_PREPROCESS_THREADS)
   dataset = dataset.batch(batch_size, drop_remainder=True)
+  if mixup:  # Blends whole batches: after batch(), not in parse.
+    dataset = dataset.map(plain(mix_batch))
   return dataset.prefetch(prefetch_batches)
 
 
@@ -291,7 +337,7 @@ def _held_out(records):
 
 
 def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False,
-                      cutout=0, skip=0):
+                      cutout=0, skip=0, mixup=0.0):
   """Builds the training pipeline as a tf.data.Dataset (graph or eager).
 
   Shuffles records in a buffer of 40% of an epoch and distorts them in
@@ -304,10 +350,12 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False,
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT images out.
     cutout: the side of the square distort_image blanks; 0: none.
     skip: records to draw and pass over first (a resumed run's examples).
+    mixup: the alpha of mix_batch's Beta(alpha, alpha) shares; 0: none.
 
   Returns:
     A repeating dataset of (float32 [batch_size, 24, 24, 3] images,
-    int32 [batch_size] labels).
+    int32 [batch_size] labels), with mixup float32 [batch_size, 10] label
+    shares.
   """
   min_queue_examples = int(NUM_EXAMPLES_PER_EPOCH_FOR_TRAIN *
                            MIN_FRACTION_OF_EXAMPLES_IN_QUEUE)
@@ -316,11 +364,11 @@ def distorted_dataset(data_dir, batch_size, prefetch_batches, hold_out=False,
   distort = lambda image, seed: distort_image(image, seed, cutout)
   return _dataset(data_files(data_dir, eval_data=False), distort,
                   batch_size, min_queue_examples, prefetch_batches,
-                  _kept if hold_out else None, skip)
+                  _kept if hold_out else None, skip, mixup)
 
 
 def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
-                      cutout=0, skip=0):
+                      cutout=0, skip=0, mixup=0.0):
   """Constructs distinct distorted batches from one shared input pipeline.
 
   The pipeline shuffles records in a buffer of 40% of an epoch, distorts
@@ -335,14 +383,16 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
     cutout: the side of the square distort_image blanks; 0: none.
     skip: records to draw and pass over first (a resumed run's examples).
+    mixup: the alpha of mix_batch's Beta(alpha, alpha) shares; 0: none.
 
   Returns:
     A list of num_batches (images, labels) pairs: float32
-    [batch_size, 24, 24, 3] images and int32 [batch_size] labels.
+    [batch_size, 24, 24, 3] images and int32 [batch_size] labels (with
+    mixup, float32 [batch_size, 10] shares of the classes).
   """
   with tf.device('/cpu:0'), tf.compat.v1.name_scope('input'):
     dataset = distorted_dataset(data_dir, batch_size, 2 * num_batches,
-                                hold_out, cutout, skip)
+                                hold_out, cutout, skip, mixup)
     iterator = tf.compat.v1.data.make_one_shot_iterator(dataset)
     batches = []
     for _ in range(num_batches):
@@ -354,7 +404,8 @@ def distorted_batches(data_dir, batch_size, num_batches, hold_out=False,
   return batches
 
 
-def distorted_inputs(data_dir, batch_size, hold_out=False, cutout=0, skip=0):
+def distorted_inputs(data_dir, batch_size, hold_out=False, cutout=0, skip=0,
+                     mixup=0.0):
   """Constructs distorted input for CIFAR training: one batch a step.
 
   Args:
@@ -363,13 +414,15 @@ def distorted_inputs(data_dir, batch_size, hold_out=False, cutout=0, skip=0):
     hold_out: leave the last NUM_EXAMPLES_HELD_OUT training images out.
     cutout: the side of the square distort_image blanks; 0: none.
     skip: records to draw and pass over first (a resumed run's examples).
+    mixup: the alpha of mix_batch's Beta(alpha, alpha) shares; 0: none.
 
   Returns:
     images: float32 [batch_size, 24, 24, 3] tensor.
-    labels: int32 [batch_size] tensor.
+    labels: int32 [batch_size] tensor (with mixup, float32
+      [batch_size, 10] shares of the classes).
   """
   return distorted_batches(data_dir, batch_size, 1, hold_out, cutout,
-                           skip)[0]
+                           skip, mixup)[0]
 
 
 def inputs(eval_data, data_dir, batch_size, held_out=False):

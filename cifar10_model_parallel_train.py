@@ -115,7 +115,8 @@ def run_training(recipe, opts):
     # The input pipeline on the CPU, as in cifar10_train.py.
     with tf.device('/cpu:0'):
       batch = cifar10.distorted_inputs(FLAGS.data_dir, FLAGS.batch_size, opts,
-                                       FLAGS.hold_out, recipe.cutout)
+                                       FLAGS.hold_out, recipe.cutout,
+                                       mixup=recipe.mixup)
     train_op, loss, scaffold = build_train_op([batch], devices, recipe, opts)
     session.train_until_done(train_op, loss, FLAGS.batch_size, recipe,
                              config=config, scaffold=scaffold)

@@ -250,7 +250,8 @@ def build_graph(data_dir, batch_size, num_towers, virtual=False,
   with tf.device('/cpu:0'):
     # One input pipeline for all towers; each tower takes its own batch.
     batches = cifar10.distorted_batches(data_dir, batch_size, num_towers, opts,
-                                        hold_out, recipe.cutout, skip)
+                                        hold_out, recipe.cutout, skip,
+                                        recipe.mixup)
     # The towers and their update: on the variables shared here, or on a
     # copy per tower, with an all-reduce (cifar10_replicated.py).
     build = (cifar10_replicated.builder(devices, tower_loss) if replicated

@@ -89,7 +89,7 @@ def run_training(recipe, opts):
       images, labels = cifar10.distorted_inputs(FLAGS.data_dir,
                                                 FLAGS.batch_size, opts,
                                                 FLAGS.hold_out, recipe.cutout,
-                                                skip)
+                                                skip, recipe.mixup)
     train_op, loss, scaffold = build_train_op([(images, labels)], [''],
                                               recipe, opts)
 

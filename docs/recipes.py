@@ -118,7 +118,7 @@ def label(recipe, towers):
   warmup = given.get('warmup_epochs')
   regularized = ''.join(', %s %s' % (words, given[flag]) for flag, words in (
       ('label_smoothing', 'smoothing'), ('conv_weight_decay', 'conv decay'),
-      ('dropout', 'dropout'), ('cutout', 'cutout'),
+      ('dropout', 'dropout'), ('cutout', 'cutout'), ('mixup', 'mixup'),
       ('moving_average_decay', 'averages'))
                         if flag in given and float(given[flag]))
   if 'fc_weight_decay' in given:  # The tutorial's is 0.004: 0 is news too.

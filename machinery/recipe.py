@@ -24,6 +24,9 @@ batches (many towers) need:
                                   outputs while training
   --cutout=P                      blank a P x P square of each training
                                   image (the input pipeline's)
+  --mixup=A                       blend the training images in pairs, and
+                                  their labels, by shares drawn from
+                                  Beta(A, A) (the input pipeline's)
   --moving_average_decay=D        the decay of the weights' moving
                                   averages, which the evaluator measures
 
@@ -132,13 +135,21 @@ flags.DEFINE_integer('cutout', 0,
                      'distorted 24x24 training image, centred on a random '
                      'pixel (Cutout, DeVries and Taylor 2017). The evaluator '
                      'sees whole images. 0: none (the tutorial).')
+flags.DEFINE_float('mixup', 0.0,
+                   'Train on blends of two images (mixup, Zhang et al. '
+                   '2018): each distorted training image keeps a share of '
+                   'itself drawn from Beta(this, this) and takes the rest '
+                   'from another of its batch, and its label is the same '
+                   'blend of the two labels. The evaluator sees whole '
+                   'images. 0: none (the tutorial).')
 
 
 class Recipe(collections.namedtuple('Recipe', [
     'initial_learning_rate', 'learning_rate_scaling', 'warmup_epochs',
     'lr_schedule', 'train_epochs', 'optimizer', 'momentum', 'nesterov',
     'trust_coefficient', 'conv_weight_decay', 'label_smoothing',
-    'moving_average_decay', 'dropout', 'cutout', 'fc_weight_decay'])):
+    'moving_average_decay', 'dropout', 'cutout', 'fc_weight_decay',
+    'mixup'])):
   """How the model trains: each field one of the flags above. The defaults
   are the tutorial's (TUTORIAL)."""
 
@@ -175,7 +186,8 @@ TUTORIAL = Recipe(
     optimizer='sgd', momentum=DEFAULT_MOMENTUM, nesterov=False,
     trust_coefficient=DEFAULT_TRUST_COEFFICIENT, conv_weight_decay=0.0,
     label_smoothing=0.0, moving_average_decay=TUTORIAL_MOVING_AVERAGE_DECAY,
-    dropout=0.0, cutout=0, fc_weight_decay=TUTORIAL_FC_WEIGHT_DECAY)
+    dropout=0.0, cutout=0, fc_weight_decay=TUTORIAL_FC_WEIGHT_DECAY,
+    mixup=0.0)
 
 
 def check(recipe):
@@ -218,6 +230,9 @@ def check(recipe):
   if not 0 <= recipe.cutout <= IMAGE_SIZE:
     raise errors.UsageError('--cutout=%d: give a side in pixels from 0 (none) '
                             'to %d.' % (recipe.cutout, IMAGE_SIZE))
+  if not 0 <= recipe.mixup < float('inf'):
+    raise errors.UsageError('--mixup=%g: give the alpha of Beta(alpha, '
+                            'alpha) above 0, or 0 (none).' % recipe.mixup)
   return recipe
 
 
@@ -234,7 +249,7 @@ def from_flags():
       label_smoothing=FLAGS.label_smoothing,
       moving_average_decay=FLAGS.moving_average_decay,
       dropout=FLAGS.dropout, cutout=FLAGS.cutout,
-      fc_weight_decay=FLAGS.fc_weight_decay))
+      fc_weight_decay=FLAGS.fc_weight_decay, mixup=FLAGS.mixup))
 
 
 def decay_to_zero(step, examples_per_step, recipe):

@@ -96,24 +96,28 @@ def test_more_than_the_held_out_images_is_one_error_line(split_data_dir,
     ('cifar10_model_parallel_train.py', ['--virtual_gpus']),
     ('cifar10_distributed_train.py', ['--job_name=worker', '--task_index=0']),
 ])
-def test_every_trainer_holds_out_with_hold_out_and_cuts_out_with_cutout(
+def test_every_trainer_holds_out_cuts_out_and_mixes_up_with_its_flags(
     fake_data_dir, tmp_path, script, args):
   """A trainer given --hold_out reads its records through a take() of the
-  first 45,000 (its graph.pbtxt's TakeDataset), and one given --cutout
-  blanks a square in its preprocessing (ops in the name scope 'cutout' in
-  the map function); without them, neither."""
+  first 45,000 (its graph.pbtxt's TakeDataset), one given --cutout blanks
+  a square in its preprocessing (ops in the name scope 'cutout' in the
+  map function), and one given --mixup blends its batches (ops in the
+  name scope 'mixup') and trains on the blended labels (a step runs:
+  the tutorial's loss of one label an image would refuse them);
+  without them, none of these."""
   if script == 'cifar10_distributed_train.py':
     args = args + ['--worker_hosts=127.0.0.1:%d'
                    % cluster.free_local_ports(1)[0]]
-  takes, cutouts = [], []
-  for options in ([], ['--hold_out', '--cutout=8']):
+  takes, augmented = [], []
+  for options in ([], ['--hold_out', '--cutout=8', '--mixup=0.2']):
     train_dir = str(tmp_path / ('held' if options else 'all'))
     result = train(fake_data_dir, train_dir, '--max_steps=1',
                    '--batch_size=8', *(args + options), script=script)
     assert result.returncode == 0, result.stderr[-3000:]
     takes.append(sorted(op for op in script_graph(train_dir).values()
                         if op == 'TakeDataset'))
-    cutouts.append(any(name.startswith('cutout/') for name in
-                       script_graph(train_dir, functions=True)))
+    names = script_graph(train_dir, functions=True)
+    augmented.append([any(name.startswith(scope + '/') for name in names)
+                      for scope in ('cutout', 'mixup')])
   assert takes == [[], ['TakeDataset']]
-  assert cutouts == [False, True]
+  assert augmented == [[False, False], [True, True]]

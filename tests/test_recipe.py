@@ -179,6 +179,10 @@ def test_tutorial_schedule_with_a_budget_keeps_its_staircase():
     (dict(cutout=25), '--cutout=25: give a side in pixels from 0 (none) to '
      '24.'),
     (dict(cutout=-1), '--cutout=-1: give a side in pixels from 0'),
+    (dict(mixup=-0.2), '--mixup=-0.2: give the alpha of Beta(alpha, alpha) '
+     'above 0, or 0 (none).'),
+    (dict(mixup=float('inf')), '--mixup=inf: give the alpha'),
+    (dict(mixup=float('nan')), '--mixup=nan: give the alpha'),
     (dict(moving_average_decay=1.0), '--moving_average_decay=1: give a decay'),
     (dict(moving_average_decay=0.0), '--moving_average_decay=0: give a decay'),
 ])
@@ -337,6 +341,34 @@ def test_the_loss_decays_the_layers_and_smooths_the_labels(conv_wd, fc_wd,
       [values['local%d/weights' % i] for i in (3, 4)],
       0.004 if fc_wd is None else fc_wd)
   assert got == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize('smoothing', [0.0, 0.2])
+def test_the_loss_takes_labels_as_shares_of_the_classes(smoothing):
+  """Mixup's labels, each a blend of two classes: the cross entropy
+  against the blend (smoothed as a label is); a label given as its
+  one-hot shares: the loss of the label itself."""
+  rng = np.random.RandomState(1)
+  logits = rng.normal(size=(BATCH, 10)).astype(np.float32)
+  labels = rng.randint(0, 10, size=BATCH)
+  partners = rng.randint(0, 10, size=BATCH)
+  own = rng.uniform(size=BATCH)
+  shares = own[:, None] * np.eye(10)[labels] + (
+      1 - own[:, None]) * np.eye(10)[partners]
+  given = [labels.astype(np.int32), np.eye(10, dtype=np.float32)[labels],
+           shares.astype(np.float32)]
+  values = []
+  for label in given:  # A graph each: the loss adds its graph's 'losses'.
+    with tf.Graph().as_default():
+      loss = cifar10.loss(tf.constant(logits), tf.constant(label), smoothing)
+      with tf1.Session() as sess:
+        values.append(sess.run(loss))
+  as_label, as_one_hot, as_shares = values
+  log_p = np.log(np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True))
+  smoothed = shares * (1 - smoothing) + smoothing / 10
+  assert as_shares == pytest.approx(-(smoothed * log_p).sum(axis=1).mean(),
+                                    rel=1e-5)
+  assert as_one_hot == pytest.approx(as_label, rel=1e-6)
 
 
 @pytest.mark.parametrize('rate', [None, 0.3])

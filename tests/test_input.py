@@ -266,7 +266,7 @@ def test_pipelines_write_no_autograph_source_files(tmp_path):
   result = subprocess.run(
       [sys.executable, '-c', _BUILD_PIPELINES, str(tmp_path / 'data')],
       cwd=REPO, capture_output=True, text=True, timeout=300,
-      env=dict(os.environ, TMPDIR=str(temp), PYTHONPATH=REPO))
+      env=dict(os.environ, TMPDIR=str(temp)))
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'written: []' in result.stdout, result.stdout
 

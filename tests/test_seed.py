@@ -52,6 +52,8 @@ def _assert_all_differ(a, b):
     ('cifar10_multi_gpu_train.py', ['--num_gpus=2', '--virtual_gpus']),
     ('cifar10_multi_gpu_train.py', ['--num_gpus=2',
                                     '--variable_update=replicated']),
+    # The images blended in pairs by shares drawn from their own seeds.
+    ('cifar10_train.py', ['--mixup=0.4']),
 ])
 def test_same_seed_same_checkpoints_another_seed_other_weights(
     fake_data_dir, tmp_path, script, flags):

@@ -304,6 +304,7 @@ def loss(logits, labels, label_smoothing=0.0):
     The total loss, 'total_loss'.
   """
   # Calculate the average cross entropy loss across the batch.
+  labels = tf.convert_to_tensor(labels)  # (A tensor, or numpy's labels.)
   logits = tf.cast(logits, tf.float32)
   if labels.dtype.is_floating:  # Shares of the classes (mixup).
     cross_entropy = _soft_cross_entropy(logits, labels, label_smoothing)

@@ -321,7 +321,7 @@ def _train_in_threads(monkeypatch, tasks, mode, images, labels, train_dir,
 
   def this_worker():
     return int(threading.current_thread().name)
-  monkeypatch.setattr(cifar10, 'distorted_batches', lambda n, *args: [
+  monkeypatch.setattr(cifar10, 'distorted_batches', lambda *args, **kwargs: [
       (tf.constant(images[this_worker()]),
        tf.constant(labels[this_worker()]))])
   role_hooks = worker_session.WorkerRole.hooks

@@ -310,8 +310,7 @@ def loss(logits, labels, label_smoothing=0.0):
     cross_entropy = _soft_cross_entropy(logits, labels, label_smoothing)
   elif label_smoothing:
     cross_entropy = _soft_cross_entropy(
-        logits, tf.one_hot(tf.cast(labels, tf.int64), NUM_CLASSES),
-        label_smoothing)
+        logits, tf.one_hot(labels, NUM_CLASSES), label_smoothing)
   else:
     cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=tf.cast(labels, tf.int64), logits=logits,

@@ -314,10 +314,10 @@ def _dataset(filenames, preprocess, batch_size, shuffle_buffer,
   dataset = tf.data.Dataset.zip((records, seeds))
   if skip:
     dataset = dataset.skip(skip)
-  # parse and mix_batch branch with tf.cond, never with Python's `if` on a
-  # tensor, so tf.data need not rewrite them with AutoGraph (which writes
-  # the rewrite to a temporary file, left behind whenever the process is
-  # killed).
+  # parse branches with tf.cond, never with Python's `if` on a tensor (and
+  # mix_batch has no branch), so tf.data need not rewrite them with
+  # AutoGraph (which writes the rewrite to a temporary file, left behind
+  # whenever the process is killed).
   plain = tf.autograph.experimental.do_not_convert
   dataset = dataset.map(plain(parse), num_parallel_calls=NUM_PREPROCESS_THREADS)
   dataset = dataset.batch(batch_size, drop_remainder=True)
